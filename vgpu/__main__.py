@@ -1,0 +1,4 @@
+from vgpu.cli import main
+
+if __name__ == "__main__":
+    main()

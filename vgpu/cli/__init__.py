@@ -1,0 +1,91 @@
+"""The ``vgpu`` command line: thin click commands that parse, call services and render.
+
+Subcommands are imported lazily (only the one that runs), so ``vgpu discover --json`` starts
+fast. Every VgpuError becomes one ``error:`` line and its documented exit code
+(docs/exit-codes.md); ``--debug`` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from vgpu import __version__
+from vgpu.errors import ExitCode, VgpuError
+
+# name -> "module:attribute"; each module defines one click command or group.
+COMMANDS: dict[str, str] = {
+    "discover": "vgpu.cli.discover:discover",
+    "host": "vgpu.cli.host:host",
+    "sim": "vgpu.cli.sim:sim",
+    "profiles": "vgpu.cli.profiles:profiles",
+    "plan": "vgpu.cli.plan:plan",
+    "provision": "vgpu.cli.plan:provision",
+    "status": "vgpu.cli.plan:status",
+    "release": "vgpu.cli.plan:release",
+    "export": "vgpu.cli.plan:export",
+    "validate": "vgpu.cli.validate:validate",
+    "report": "vgpu.cli.validate:report",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(n for n in COMMANDS if self._available(n))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module, attr = target.split(":")
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError):
+            if ctx.obj and ctx.obj.get("debug"):
+                raise
+            return None
+
+    @staticmethod
+    def _available(name: str) -> bool:
+        module = COMMANDS[name].split(":")[0]
+        return importlib.util.find_spec(module) is not None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="vgpu")
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Provision AMD Instinct MI300-family GPUs for VMs and prove each VM works."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        rc = cli.main(args=args, prog_name="vgpu", standalone_mode=False)
+    except VgpuError as exc:
+        if debug:
+            raise
+        _print_error(exc)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(ExitCode.FAILURE)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _print_error(exc: VgpuError) -> None:
+    click.echo(f"error: {exc.message}", err=True)
+    if exc.hint:
+        click.echo(f"hint: {exc.hint}", err=True)

@@ -1,0 +1,75 @@
+"""One exception family for everything an operator can cause or fix.
+
+Each subclass carries a documented exit code (docs/exit-codes.md). The CLI prints
+``error: <message>`` (one line, plus an optional ``hint``) and exits with the code;
+tracebacks appear only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+
+class ExitCode:
+    """Process exit codes. Keep in sync with docs/exit-codes.md."""
+
+    OK = 0
+    FAILURE = 1  # a check ran and found a problem (host not ready, validation failed, drift)
+    USAGE = 2  # bad command line (click's own code)
+    CHANGES_PENDING = 3  # plan: the host differs from the profile
+    REFUSED = 4  # plan/provision: the profile cannot be applied to this host
+    BAD_INPUT = 5  # invalid profile, machine spec, snapshot, PCI address, sysfs root
+    IN_USE = 6  # a device is held by a VM or process
+    LOCKED = 7  # another vgpu run holds the host lock
+    APPLY_FAILED = 8  # a step failed; applied steps were rolled back
+    REMOTE = 9  # unreachable guest/host, host-key refusal
+    INTERNAL = 70  # a bug: please report with --debug output
+
+
+class VgpuError(Exception):
+    """Base class: ``message`` says what and why, ``hint`` says what to do."""
+
+    exit_code = ExitCode.FAILURE
+
+    def __init__(self, message: str, *, hint: str | None = None, subject: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.subject = subject
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InputError(VgpuError):
+    """Something the user gave us is malformed: a profile, a spec, an address, a path."""
+
+    exit_code = ExitCode.BAD_INPUT
+
+
+class HostError(VgpuError):
+    """The host (sysfs, modules, drivers) did not behave as expected."""
+
+    exit_code = ExitCode.FAILURE
+
+
+class RefusedError(VgpuError):
+    """A profile cannot be applied to this host; nothing was changed."""
+
+    exit_code = ExitCode.REFUSED
+
+
+class InUseError(VgpuError):
+    """A device that would be disturbed is held by a VM or a process."""
+
+    exit_code = ExitCode.IN_USE
+
+
+class LockedError(VgpuError):
+    exit_code = ExitCode.LOCKED
+
+
+class ApplyError(VgpuError):
+    exit_code = ExitCode.APPLY_FAILED
+
+
+class RemoteError(VgpuError):
+    exit_code = ExitCode.REMOTE

@@ -1,0 +1,1 @@
+"""Guest validation: the agent that runs inside a VM, SSH fan-out, reports."""

@@ -1,0 +1,1 @@
+"""Pure data: no I/O in this package."""
