@@ -132,7 +132,9 @@ class HostFacts:
     hugepages_1g: int | None
     hugepages_2m: int | None
     blacklisted: tuple[str, ...]  # modules blacklisted via cmdline or modprobe.d
-    dev_vfio_groups: tuple[int, ...] | None = None
+    dev_vfio_groups: tuple[int, ...] | None = None  # None: /dev unknown (a capture)
+    modprobe_options: dict[str, dict[str, str]] = field(default_factory=dict)  # from modprobe.d
+    cpu_vendor: str | None = None  # "AuthenticAMD" / "GenuineIntel" from /proc/cpuinfo
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,102 @@
+"""Options every host-facing command shares, and where the host comes from.
+
+A command runs against exactly one host: this machine (default), a simulated host
+(``--simulate [MACHINE|FILE]``, persisted in ``--sim-dir`` / $VGPU_SIM_DIR / the user cache), a
+captured sysfs tree (``--sysfs-root DIR``) or a snapshot archive (``--snapshot FILE``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from vgpu.errors import InputError
+from vgpu.host.paths import HostPaths
+
+SIM_DEFAULT = "__default__"
+
+
+def default_sim_dir() -> Path:
+    env = os.environ.get("VGPU_SIM_DIR")
+    if env:
+        return Path(env)
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "vgpu" / "sim"
+
+
+def host_options(fn: Callable) -> Callable:
+    """Add --simulate/--sim-dir/--sysfs-root/--snapshot to a click command."""
+    options = [
+        click.option("--simulate", "simulate", is_flag=False, flag_value=SIM_DEFAULT, default=None,
+                     metavar="[MACHINE|FILE]",
+                     help="Use a simulated host (default machine 8xmi300x, or a machine-spec YAML file)."),
+        click.option("--sim-dir", type=click.Path(path_type=Path), default=None,
+                     help="State directory of the simulated host (default $VGPU_SIM_DIR or ~/.cache/vgpu/sim)."),
+        click.option("--sysfs-root", type=click.Path(path_type=Path), default=None,
+                     help="Read a captured sysfs tree: DIR stands for /sys (read-only)."),
+        click.option("--snapshot", type=click.Path(path_type=Path), default=None,
+                     help="Read a snapshot from `vgpu host snapshot` (read-only)."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+@dataclass
+class HostTarget:
+    paths: HostPaths
+    sim: object | None = None  # vgpu.sim.SimHost when simulated
+    read_only: bool = False
+
+    @property
+    def kernel(self):
+        """The KernelOps for this host: the simulator's, or the real kernel."""
+        if self.read_only:
+            raise InputError(f"{self.paths.label} is a capture: it can be read, not changed",
+                             hint="run provisioning commands on the host itself, or with --simulate")
+        if self.sim is not None:
+            return self.sim.kernel
+        from vgpu.host.kernel import LinuxKernel
+        return LinuxKernel()
+
+
+@contextlib.contextmanager
+def open_host(simulate: str | None, sim_dir: Path | None, sysfs_root: Path | None,
+              snapshot: Path | None) -> Iterator[HostTarget]:
+    chosen = [n for n, v in (("--simulate", simulate), ("--sysfs-root", sysfs_root), ("--snapshot", snapshot))
+              if v is not None]
+    if len(chosen) > 1:
+        raise click.UsageError(f"{' and '.join(chosen)} cannot be combined: pick one host")
+    if sim_dir is not None and simulate is None:
+        raise click.UsageError("--sim-dir only makes sense with --simulate")
+    if snapshot is not None:
+        from vgpu.host.snapshot import open_snapshot
+        with open_snapshot(snapshot) as paths:
+            yield HostTarget(paths, read_only=True)
+        return
+    if sysfs_root is not None:
+        yield HostTarget(HostPaths.for_sysfs_root(sysfs_root), read_only=True)
+        return
+    if simulate is not None:
+        sim = open_sim(None if simulate == SIM_DEFAULT else simulate, sim_dir or default_sim_dir())
+        yield HostTarget(HostPaths.under(sim.root, label=f"simulated {sim.machine.name}"), sim=sim)
+        return
+    yield HostTarget(HostPaths.system())
+
+
+def open_sim(machine: str | None, state_dir: Path):
+    """The persisted simulated host; built on first use or when another machine is asked for."""
+    from vgpu.sim import SimHost
+
+    if not SimHost.exists(state_dir):
+        return SimHost.create(state_dir, machine=machine or "8xmi300x")
+    host = SimHost.open(state_dir)
+    if machine is not None and not host.is_machine(machine):
+        click.echo(f"note: rebuilding the simulated host in {state_dir} as {machine}", err=True)
+        return SimHost.create(state_dir, machine=machine)
+    return host

@@ -1,0 +1,167 @@
+"""Host snapshots: the PCI/IOMMU/module subset of /sys plus /proc/cmdline and modprobe.d.
+
+``capture`` writes a tar.gz an operator can attach to a support case; ``open_snapshot`` unpacks
+one into a temporary tree that discovery and ``plan`` read exactly like a live host. Only the
+attributes discovery reads are copied (never config space, ROMs or the mmap-able resourceN files),
+and unpacking uses tarfile's ``data`` filter, so a hostile archive cannot write outside its tree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import socket
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from vgpu import __version__
+from vgpu.errors import InputError
+from vgpu.host.facts import WATCHED_MODULES
+from vgpu.host.paths import HostPaths
+from vgpu.host.pcifunc import ATTRIBUTES, LINKS
+
+SNAPSHOT_SCHEMA = "vgpu.host-snapshot/v1"
+MANIFEST = "MANIFEST.json"
+_MAX_FILE = 1 << 20
+_HUGEPAGES = ("hugepages-2048kB", "hugepages-1048576kB")
+
+
+def capture(paths: HostPaths, out: Path) -> dict:
+    """Write a snapshot of ``paths`` to ``out`` (atomically, mode 0600). Returns the manifest."""
+    manifest = {"schema": SNAPSHOT_SCHEMA, "vgpu_version": __version__, "host": socket.gethostname(),
+                "taken": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "source": paths.label}
+    out = Path(out)
+    fd, tmp = tempfile.mkstemp(prefix=".snapshot-", dir=out.parent or Path("."))
+    try:
+        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+            writer = _Writer(tar)
+            for src, arc in _entries(paths):
+                writer.add(src, arc)
+            writer.add_bytes(MANIFEST, json.dumps(manifest, indent=2).encode())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return manifest
+
+
+def _entries(paths: HostPaths) -> Iterator[tuple[Path, str]]:
+    sys = paths.sys
+    yield from _pci(sys)
+    yield from _tree_links(sys / "kernel" / "iommu_groups", "sys/kernel/iommu_groups", depth=3)
+    yield from _tree_links(sys / "class" / "iommu", "sys/class/iommu", depth=1)
+    for driver in _listdir(sys / "bus/pci/drivers"):
+        yield from _tree_links(sys / "bus/pci/drivers" / driver, f"sys/bus/pci/drivers/{driver}", depth=1)
+    for module in WATCHED_MODULES:
+        base = sys / "module" / module
+        for name in ("version", "initstate"):
+            yield base / name, f"sys/module/{module}/{name}"
+        for name in _listdir(base / "parameters"):
+            yield base / "parameters" / name, f"sys/module/{module}/parameters/{name}"
+    for size in _HUGEPAGES:
+        yield sys / "kernel/mm/hugepages" / size / "nr_hugepages", f"sys/kernel/mm/hugepages/{size}/nr_hugepages"
+    if paths.proc:
+        yield paths.proc / "cmdline", "proc/cmdline"
+    if paths.etc:
+        yield paths.etc / "gim_config", "etc/gim_config"
+        for name in _listdir(paths.etc / "modprobe.d"):
+            yield paths.etc / "modprobe.d" / name, f"etc/modprobe.d/{name}"
+
+
+def _pci(sys: Path) -> Iterator[tuple[Path, str]]:
+    """bus/pci/devices links, and for each device its directory chain with the attributes we read."""
+    devices = sys / "bus/pci/devices"
+    seen: set[Path] = set()
+    for name in _listdir(devices):
+        yield devices / name, f"sys/bus/pci/devices/{name}"
+        real = Path(os.path.realpath(devices / name))
+        try:
+            rel = real.relative_to(os.path.realpath(sys))
+        except ValueError:
+            continue
+        if real in seen:
+            continue
+        seen.add(real)
+        for attr in ATTRIBUTES:
+            yield real / attr, f"sys/{rel}/{attr}"
+        for link in (*LINKS, *[n for n in _listdir(real) if n.startswith("virtfn")]):
+            yield real / link, f"sys/{rel}/{link}"
+
+
+def _tree_links(base: Path, arc: str, depth: int) -> Iterator[tuple[Path, str]]:
+    """Symlinks (and the directories holding them) up to ``depth`` levels below ``base``."""
+    if depth < 0:
+        return
+    for name in _listdir(base):
+        path = base / name
+        if path.is_symlink():
+            yield path, f"{arc}/{name}"
+        elif path.is_dir():
+            yield from _tree_links(path, f"{arc}/{name}", depth - 1)
+
+
+class _Writer:
+    def __init__(self, tar: tarfile.TarFile):
+        self.tar = tar
+
+    def add(self, src: Path, arc: str) -> None:
+        if src.is_symlink():
+            info = tarfile.TarInfo(arc)
+            info.type, info.linkname, info.mode = tarfile.SYMTYPE, os.readlink(src), 0o777
+            self.tar.addfile(info)
+            return
+        try:
+            with open(src, "rb") as fh:
+                data = fh.read(_MAX_FILE)
+        except OSError:  # absent, write-only (bind, unbind) or unreadable: not part of the capture
+            return
+        self.add_bytes(arc, data)
+
+    def add_bytes(self, arc: str, data: bytes) -> None:
+        info = tarfile.TarInfo(arc)
+        info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+        self.tar.addfile(info, io.BytesIO(data))
+
+
+@contextlib.contextmanager
+def open_snapshot(path: Path) -> Iterator[HostPaths]:
+    """Unpack a snapshot into a temporary tree; yields its HostPaths. Raises InputError if corrupt."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"snapshot {path} does not exist", hint="create one with `vgpu host snapshot -o FILE`")
+    with tempfile.TemporaryDirectory(prefix="vgpu-snapshot-") as tmp:
+        root = Path(tmp)
+        manifest = _extract(path, root)
+        yield HostPaths.under(root, label=f"snapshot {path.name} of {manifest.get('host', '?')}")
+
+
+def _extract(path: Path, root: Path) -> dict:
+    try:
+        with tarfile.open(path, mode="r:*") as tar:
+            tar.extractall(root, filter="data")
+    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
+        raise InputError(f"{path} is not a readable vgpu host snapshot: {exc}") from exc
+    try:
+        manifest = json.loads((root / MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path} is not a vgpu host snapshot: {MANIFEST} is missing or corrupt") from exc
+    if not isinstance(manifest, dict) or manifest.get("schema") != SNAPSHOT_SCHEMA:
+        raise InputError(f"{path}: unsupported snapshot schema {manifest.get('schema') if isinstance(manifest, dict) else manifest!r}"
+                         f" (this vgpu reads {SNAPSHOT_SCHEMA})")
+    if not (root / "sys/bus/pci").is_dir():
+        raise InputError(f"{path} is not a vgpu host snapshot: it holds no sys/bus/pci tree")
+    return manifest
+
+
+def _listdir(path: Path) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
