@@ -1,0 +1,63 @@
+"""`vgpu sim`: manage the persisted simulated host used by --simulate."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import click
+
+from vgpu.cli.common import default_sim_dir
+
+
+@click.group()
+def sim() -> None:
+    """The simulated host that --simulate commands share (state persists between commands)."""
+
+
+@sim.command("machines")
+def machines() -> None:
+    """List the simulated machines shipped with vgpu."""
+    from rich.table import Table
+
+    from vgpu.cli.render import console
+    from vgpu.sim import list_machines
+
+    table = Table(title="Simulated machines (vgpu ... --simulate NAME)", title_justify="left")
+    table.add_column("name")
+    table.add_column("description")
+    for name, description in list_machines():
+        table.add_row(name, description)
+    console().print(table)
+
+
+@sim.command("reset")
+@click.option("--machine", default="8xmi300x", show_default=True, metavar="NAME|FILE",
+              help="Machine to build: a shipped name or a machine-spec YAML file.")
+@click.option("--sim-dir", type=click.Path(path_type=Path), default=None,
+              help="State directory (default $VGPU_SIM_DIR or ~/.cache/vgpu/sim).")
+def reset(machine: str, sim_dir: Path | None) -> None:
+    """Rebuild the simulated host from scratch (forgets everything provisioned on it)."""
+    from vgpu.sim import SimHost, load_spec
+
+    state = sim_dir or default_sim_dir()
+    load_spec(machine)  # validate before deleting anything
+    host = SimHost.create(state, machine=machine)
+    click.echo(f"simulated host {host.machine.name} ready in {state}")
+
+
+@sim.command("path")
+@click.option("--sim-dir", type=click.Path(path_type=Path), default=None)
+def path(sim_dir: Path | None) -> None:
+    """Print where the simulated host lives (its sysfs is under ROOT/sys)."""
+    click.echo(str(sim_dir or default_sim_dir()))
+
+
+@sim.command("remove")
+@click.option("--sim-dir", type=click.Path(path_type=Path), default=None)
+def remove(sim_dir: Path | None) -> None:
+    """Delete the simulated host's state directory."""
+    state = sim_dir or default_sim_dir()
+    if state.exists():
+        shutil.rmtree(state)
+    click.echo(f"removed {state}")
