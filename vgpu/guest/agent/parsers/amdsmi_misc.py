@@ -1,0 +1,283 @@
+"""Parsers for the amd-smi outputs that are not "GPU: N" blocks: ``version`` (every form), the
+default boxed summary (``amd-smi`` with no arguments), ``monitor`` tables, ``partition`` tables and
+other aligned tables (``ras --cper``). Standard library only, Python 3.8.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from .amdsmi import SmiGpu
+from .blocks import parse_blocks, to_dict
+from .common import (ParseError, is_na, is_truncation, json_payload, lines_of, normalize_bdf,
+                     parse_int, parse_quantity, require_text, size_mb)
+from .tables import aligned_rows, ratio, unit_rows
+
+_VERSION = re.compile(r"^\d+(?:\.\d+)+")
+
+
+@dataclass
+class SmiVersion:
+    """``amd-smi version``. A field the tool could not read (e.g. amdgpu_version as non-root, which
+    prints an error string there) is None; ``fields`` keeps every key as printed (lower-case)."""
+
+    tool_name: Optional[str] = None
+    tool_version: Optional[str] = None
+    library_version: Optional[str] = None
+    rocm_version: Optional[str] = None
+    amdgpu_version: Optional[str] = None
+    fields: Dict[str, str] = field(default_factory=dict)
+
+
+def _version(value: Any) -> Optional[str]:
+    text = "" if value is None else str(value).strip()
+    return text if _VERSION.match(text) else None
+
+
+def _version_pairs(text: str) -> Dict[str, str]:
+    try:
+        payload = json_payload(text, "amd-smi version")
+    except ParseError:
+        payload = None
+    if isinstance(payload, list) and payload and isinstance(payload[0], dict):
+        payload = payload[0]
+    if isinstance(payload, dict):
+        return {str(k).lower(): str(v) for k, v in payload.items()}
+    pairs: Dict[str, str] = {}
+    for line in lines_of(text):
+        # ROCm one-liner: "AMDSMI Tool: 23.4.2+505b858 | AMDSMI Library version: 24.2.0.0 | ...";
+        # GIM: a "VERSION:" block with TOOL_NAME / TOOL_VERSION / LIB_VERSION lines.
+        for part in line.split("|"):
+            if ":" in part:
+                key, value = part.split(":", 1)
+                key = re.sub(r"\s+", "_", key.strip().lower())
+                if key and value.strip():
+                    pairs.setdefault(key, value.strip())
+    return pairs
+
+
+def parse_amdsmi_version(text: str) -> SmiVersion:
+    """Parse ``amd-smi version`` in its ROCm one-line '|' form, GIM's multi-line VERSION block, or
+    ``--json`` (a list of one object). Raises ParseError when no version field is found."""
+    require_text(text, "amd-smi version")
+    pairs = _version_pairs(text)
+    tool = pairs.get("amdsmi_tool") or pairs.get("tool_version") or pairs.get("version")
+    found = SmiVersion(
+        tool_name=pairs.get("tool_name") or pairs.get("tool") or ("AMDSMI Tool" if "amdsmi_tool" in pairs else None),
+        tool_version=_version(tool),
+        library_version=_version(pairs.get("amdsmi_library_version") or pairs.get("lib_version")),
+        rocm_version=_version(pairs.get("rocm_version")),
+        amdgpu_version=_version(pairs.get("amdgpu_version")),
+        fields=pairs)
+    if not (found.tool_version or found.library_version or found.rocm_version):
+        raise ParseError("not amd-smi version output: no tool, library or ROCm version found")
+    return found
+
+
+@dataclass
+class SmiSummary:
+    """The boxed table ``amd-smi`` prints without arguments (AMD-SMI 26.x)."""
+
+    tool_version: Optional[str] = None
+    amdgpu_version: Optional[str] = None
+    rocm_version: Optional[str] = None
+    vbios_version: Optional[str] = None
+    platform: Optional[str] = None
+    gpus: List[SmiGpu] = field(default_factory=list)
+
+
+def _search(pattern: str, text: str) -> Optional[str]:
+    match = re.search(pattern, text)
+    return match.group(1) if match else None
+
+
+def _summary_gpu(first: List[str], second: List[str]) -> Optional[SmiGpu]:
+    head = re.match(r"^(\S+)\s+(.*)$", first[0].strip())
+    ids = second[0].split()
+    if not head or normalize_bdf(head.group(1)) is None or len(ids) < 4:
+        return None
+    gpu = SmiGpu(index=parse_int(ids[0]) or 0, bdf=normalize_bdf(head.group(1)),
+                 market_name=head.group(2).strip(), hip_id=parse_int(ids[1]), oam_id=parse_int(ids[2]))
+    modes = ids[3].split("/")
+    gpu.compute_partition = None if is_na(modes[0]) else modes[0]
+    gpu.memory_partition = modes[1] if len(modes) > 1 and not is_na(modes[1]) else None
+    usage = ratio(_search(r"(\d+(?:\.\d+)?\s*/\s*\d+(?:\.\d+)?\s*[KMG]B)", second[1]))
+    if usage:
+        gpu.vram_total_mb = size_mb("%s %s" % (usage[1], usage[2]))
+        gpu.fields["vram_used_mb"] = size_mb("%s %s" % (usage[0], usage[2]))
+    power = ratio(_search(r"(\d+(?:\.\d+)?\s*/\s*\d+(?:\.\d+)?\s*W)", first[1]))
+    if power:
+        gpu.fields["power_w"], gpu.fields["power_cap_w"] = power[0], power[1]
+    return gpu
+
+
+def parse_amdsmi_default(text: str) -> SmiSummary:
+    """Parse the default ``amd-smi`` boxed summary: versions, platform and, per GPU, BDF, name,
+    HIP/OAM ids, partition modes ("SPX/NPS1") and VRAM total/used. Raises ParseError when the
+    "AMD-SMI <version>" banner is missing."""
+    require_text(text, "amd-smi")
+    summary = SmiSummary(tool_version=_search(r"AMD-SMI\s+(\S+)", text))
+    if summary.tool_version is None:
+        raise ParseError("not the amd-smi summary table: no 'AMD-SMI <version>' banner")
+    summary.amdgpu_version = _search(r"amdgpu version:\s*(\S+)", text)
+    summary.rocm_version = _search(r"ROCm version:\s*(\S+)", text)
+    summary.vbios_version = _search(r"VBIOS version:\s*(\S+)", text)
+    platform = _search(r"Platform:\s*([^|]+)", text)
+    summary.platform = platform.strip() if platform else None
+    rows = [[cell for cell in line.strip().strip("|").split("|")]
+            for line in lines_of(text) if line.strip().startswith("|") and line.count("|") >= 3]
+    for first_row, second_row in zip(rows, rows[1:]):
+        gpu = _summary_gpu(first_row, second_row)
+        if gpu is not None:
+            summary.gpus.append(gpu)
+    return summary
+
+
+@dataclass
+class MonitorRow:
+    """One row of ``amd-smi monitor``; ``cells`` maps header name to the cell as printed."""
+
+    gpu: int
+    xcp: Optional[int] = None
+    cells: Dict[str, str] = field(default_factory=dict)
+
+    def value(self, name: str) -> Optional[float]:
+        """The number in cell ``name`` ("171 W" -> 171.0); None for N/A or a missing column."""
+        quantity = parse_quantity(self.cells.get(name))
+        return None if quantity is None else quantity.value
+
+    @property
+    def vram_total_mb(self) -> Optional[float]:
+        if "VRAM_TOTAL" in self.cells:
+            return size_mb(self.cells["VRAM_TOTAL"])
+        usage = ratio(self.cells.get("VRAM_USAGE"))
+        return size_mb("%s %s" % (usage[1], usage[2])) if usage else None
+
+    @property
+    def vram_used_mb(self) -> Optional[float]:
+        if "VRAM_USED" in self.cells:
+            return size_mb(self.cells["VRAM_USED"])
+        usage = ratio(self.cells.get("VRAM_USAGE"))
+        return size_mb("%s %s" % (usage[0], usage[2])) if usage else None
+
+
+def parse_amdsmi_monitor(text: str) -> List[MonitorRow]:
+    """Parse ``amd-smi monitor`` tables (any column selection, right-aligned cells with units,
+    N/A cells, publisher markup like "**GFX_UTIL**"). Rows whose cell count does not match the
+    header are skipped. Raises ParseError without a header line starting with "GPU"."""
+    require_text(text, "amd-smi monitor")
+    lines = [line for line in lines_of(text) if line.strip() and not is_truncation(line)]
+    header_at = next((i for i, line in enumerate(lines) if line.split()[0].strip("*") == "GPU"
+                      and len(line.split()) > 1), None)
+    if header_at is None:
+        raise ParseError("not amd-smi monitor output: no header line starting with 'GPU'")
+    rows, _ = unit_rows(lines[header_at], lines[header_at + 1:])
+    result = []
+    for cells in rows:
+        gpu = parse_int(cells.get("GPU"))
+        if gpu is not None:
+            result.append(MonitorRow(gpu=gpu, xcp=parse_int(cells.get("XCP")), cells=cells))
+    return result
+
+
+def parse_amdsmi_tables(text: str) -> Dict[str, List[Dict[str, str]]]:
+    """Parse left-aligned tables, each optionally titled by a "NAME:" line and separated by blank
+    lines (``amd-smi partition``, ``ras --cper``). Returns {title: rows}; an untitled table is
+    keyed "". Lines before a table without two-space gaps (warnings, legends) are ignored."""
+    require_text(text, "amd-smi")
+    tables: Dict[str, List[Dict[str, str]]] = {}
+    title = ""
+    block: List[str] = []
+    for line in lines_of(text) + [""]:
+        stripped = line.strip()
+        if stripped.endswith(":") and "  " not in stripped and not block:
+            title = stripped[:-1]
+        elif stripped and "  " in stripped:
+            block.append(line)
+        elif block:
+            tables[title] = aligned_rows(block[0], block[1:])
+            title, block = "", []
+    if not tables:
+        raise ParseError("no aligned table found in amd-smi output")
+    return tables
+
+
+@dataclass
+class AcceleratorProfile:
+    """One row of ``amd-smi partition``'s ACCELERATOR_PARTITION_PROFILES ('*' marks the current)."""
+
+    gpu: int
+    index: int
+    accelerator_type: str
+    current: bool = False
+    num_partitions: Optional[int] = None
+    resources: List[Dict[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class SmiPartitions:
+    """``amd-smi partition``: current modes per GPU, the accelerator profiles, and every table."""
+
+    current: Dict[int, Dict[str, str]] = field(default_factory=dict)
+    profiles: List[AcceleratorProfile] = field(default_factory=list)
+    tables: Dict[str, List[Dict[str, str]]] = field(default_factory=dict)
+
+    def compute_partition(self, gpu: int = 0) -> Optional[str]:
+        return self.current.get(gpu, {}).get("ACCELERATOR_TYPE") or None
+
+    def memory_partition(self, gpu: int = 0) -> Optional[str]:
+        return self.current.get(gpu, {}).get("MEMORY") or None
+
+
+def _profiles(rows: List[Dict[str, str]]) -> List[AcceleratorProfile]:
+    profiles: List[AcceleratorProfile] = []
+    gpu = 0
+    for row in rows:
+        gpu = parse_int(row.get("GPU_ID")) if row.get("GPU_ID") else gpu
+        index = parse_int(row.get("PROFILE_INDEX"))
+        kind = row.get("ACCELERATOR_TYPE", "")
+        if index is not None:  # a profile row; rows with an empty index continue its resources
+            profiles.append(AcceleratorProfile(gpu=gpu or 0, index=index, accelerator_type=kind.rstrip("*"),
+                                               current=kind.endswith("*"),
+                                               num_partitions=parse_int(row.get("NUM_PARTITIONS"))))
+        if profiles and row.get("RESOURCE_TYPE"):
+            keys = ("RESOURCE_INDEX", "RESOURCE_TYPE", "RESOURCE_INSTANCES", "RESOURCES_SHARED")
+            profiles[-1].resources.append({key: row.get(key, "") for key in keys})
+    return profiles
+
+
+def parse_amdsmi_partition(text: str) -> SmiPartitions:
+    """Parse ``amd-smi partition`` (CURRENT_PARTITION, MEMORY_PARTITION, ACCELERATOR_PARTITION_PROFILES
+    and _RESOURCES tables). Raises ParseError when there is no CURRENT_PARTITION table."""
+    tables = parse_amdsmi_tables(text)
+    if "CURRENT_PARTITION" not in tables:
+        raise ParseError("not amd-smi partition output: no CURRENT_PARTITION table")
+    result = SmiPartitions(tables=tables)
+    for row in tables["CURRENT_PARTITION"]:
+        gpu = parse_int(row.get("GPU_ID"))
+        if gpu is not None:
+            result.current[gpu] = row
+    result.profiles = _profiles(tables.get("ACCELERATOR_PARTITION_PROFILES", []))
+    return result
+
+
+def parse_amdsmi_fragment(text: str) -> Dict[str, Any]:
+    """Parse a block fragment that has no "GPU: N" header (a cut ``metric`` or ``process`` record)
+    as a dict with lower-case keys (see blocks.to_dict). Raises ParseError when no key is found."""
+    data = to_dict(parse_blocks(require_text(text, "amd-smi")))
+    if not data:
+        raise ParseError("no 'KEY: value' lines found in amd-smi output")
+    return data
+
+
+def clock_mhz(value: Any) -> Optional[float]:
+    """MHz from "131 MHz", "1300Mhz" or "2.1 GHz"; None otherwise."""
+    quantity = parse_quantity(value)
+    if quantity is None:
+        return None
+    unit = quantity.unit.lower()
+    if unit in ("mhz", ""):
+        return quantity.value
+    return quantity.value * 1000.0 if unit == "ghz" else None
