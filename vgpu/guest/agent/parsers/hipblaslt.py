@@ -1,0 +1,160 @@
+"""Parser for ``hipblaslt-bench`` output: the banner (version, device) and every result block.
+
+A result block is a CSV header line ("[0]:transA,transB,..." or, in older builds, "transA,transB,...")
+followed by one values line (printed indented), optionally followed by "--Solution index:",
+"--Solution name:" and "--kernel name:" lines with --print_kernel_info. Columns vary with flags
+(-v adds CPU-Gflops,CPU-us,norm_error,atol,rtol; HIPBLASLT_BENCH_FREQ adds frequency columns), so
+rows are dicts keyed by the header. Source: ROCm/hipBLASLt README ("hipblaslt-bench"). Standard
+library only, Python 3.8.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from .common import ParseError, lines_of, parse_float, parse_int, parse_scalar, require_text
+
+_HEADER = re.compile(r"^\s*(?:\[(\d+)\]:)?(transA,transB,.*)$")
+_INFO = re.compile(r"^\s*--(Solution index|Solution name|kernel name):\s*(.*)$")
+_DEVICE = re.compile(r"^Device ID (\d+)\s*:\s*(.*?)\s+(gfx[0-9a-f]+)(\S*)\s*$")
+
+
+@dataclass
+class GemmRow:
+    """One result row. ``values`` maps each header column to an int, float, str or None (N/A)."""
+
+    index: int
+    values: Dict[str, Any] = field(default_factory=dict)
+    solution_index: Optional[int] = None
+    solution_name: Optional[str] = None
+    kernel_name: Optional[str] = None
+
+    def number(self, column: str) -> Optional[float]:
+        return parse_float(self.values.get(column))
+
+    @property
+    def gflops(self) -> Optional[float]:
+        return self.number("hipblaslt-Gflops")
+
+    @property
+    def tflops(self) -> Optional[float]:
+        gflops = self.gflops
+        return None if gflops is None else gflops / 1000.0
+
+    @property
+    def gbps(self) -> Optional[float]:
+        return self.number("hipblaslt-GB/s")
+
+    @property
+    def us(self) -> Optional[float]:
+        return self.number("us")
+
+    @property
+    def norm_error(self) -> Optional[float]:
+        """hipBLASLt's norm error against its CPU reference (only with -v)."""
+        return self.number("norm_error")
+
+    @property
+    def atol(self) -> Optional[float]:
+        return self.number("atol")
+
+    @property
+    def rtol(self) -> Optional[float]:
+        return self.number("rtol")
+
+    @property
+    def shape(self) -> Optional[tuple]:
+        """(m, n, k) or None."""
+        dims = tuple(parse_int(self.values.get(key)) for key in ("m", "n", "k"))
+        return None if None in dims else dims
+
+
+@dataclass
+class HipblasltRun:
+    """A hipblaslt-bench run. ``rows`` is empty when it printed its banner but no result."""
+
+    version: Optional[str] = None
+    git_version: Optional[str] = None
+    device_name: Optional[str] = None
+    gfx_target: Optional[str] = None
+    memory_gb: Optional[float] = None
+    rows: List[GemmRow] = field(default_factory=list)
+    skipped: List[str] = field(default_factory=list)
+
+    @property
+    def best(self) -> Optional[GemmRow]:
+        """The row with the highest hipblaslt-Gflops, or None."""
+        rated = [row for row in self.rows if row.gflops is not None]
+        return max(rated, key=lambda row: row.gflops) if rated else None
+
+
+def _banner(run: HipblasltRun, line: str) -> bool:
+    stripped = line.strip()
+    if stripped.startswith("hipBLASLt version:"):
+        run.version = stripped.split(":", 1)[1].strip()
+    elif stripped.startswith("hipBLASLt git version:"):
+        run.git_version = stripped.split(":", 1)[1].strip()
+    elif _DEVICE.match(stripped):
+        match = _DEVICE.match(stripped)
+        run.device_name, run.gfx_target = match.group(2), match.group(3)
+    elif re.match(r"^with [\d.]+ GB memory", stripped):
+        run.memory_gb = parse_float(stripped.split()[1])
+    else:
+        return False
+    return True
+
+
+def _row(index: int, header: List[str], line: str) -> Optional[GemmRow]:
+    cells = line.strip().split(",")
+    if len(cells) != len(header):
+        return None
+    return GemmRow(index=index, values={name: parse_scalar(cell) for name, cell in zip(header, cells)})
+
+
+def parse_hipblaslt_bench(text: str) -> HipblasltRun:
+    """Parse hipblaslt-bench stdout into a HipblasltRun with one GemmRow per result block.
+
+    A values line whose cell count differs from its header (a cut output) is kept in ``skipped``.
+    Raises ParseError for empty text or text with neither the hipBLASLt banner nor a result header.
+    """
+    require_text(text, "hipblaslt-bench")
+    run = HipblasltRun()
+    header: Optional[List[str]] = None
+    index = 0
+    recognised = False
+    for line in lines_of(text):
+        if not line.strip():
+            continue
+        if _banner(run, line):
+            recognised = True
+            continue
+        match = _HEADER.match(line)
+        if match:
+            recognised = True
+            header = [name.strip() for name in match.group(2).split(",")]
+            index = int(match.group(1) or len(run.rows))
+            continue
+        info = _INFO.match(line)
+        if info and run.rows:
+            _kernel_info(run.rows[-1], info.group(1), info.group(2).strip())
+        elif header is not None and "," in line:
+            row = _row(index, header, line)
+            if row is None:
+                run.skipped.append(line.strip())
+            else:
+                run.rows.append(row)
+            header = None
+    if not recognised:
+        raise ParseError("not hipblaslt-bench output: no 'hipBLASLt version' banner or result header")
+    return run
+
+
+def _kernel_info(row: GemmRow, key: str, value: str) -> None:
+    if key == "Solution index":
+        row.solution_index = parse_int(value)
+    elif key == "Solution name":
+        row.solution_name = value
+    else:
+        row.kernel_name = value
