@@ -1,0 +1,150 @@
+"""What ROCm sees: rocminfo GPU agents and amd-smi static information (HARDWARE.md section 7).
+
+The expected compute units and VRAM are those of the profile's partition (HARDWARE.md section 2),
+computed on the host into the expectation. Standard library only, Python >= 3.8.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional
+
+from . import base
+from .base import Context, error, result, skip
+from .parsers.common import ParseError
+from .result import CheckResult
+
+GIB_PER_MB = 1.0 / 1024.0
+
+
+def _joined(values: List[Any]) -> Any:
+    """One value when all agree, else all of them comma-separated."""
+    unique = sorted({str(v) for v in values})
+    return values[0] if len(unique) == 1 else ", ".join(unique)
+
+
+def _vram_ok(ctx: Context, gib: Optional[float]) -> bool:
+    low, high = ctx.expect.get("vram_tolerance") or (0.95, 1.02)
+    want = ctx.expect.get("vram_gib")
+    return gib is not None and want * low <= gib <= want * high
+
+
+def check_rocminfo(ctx: Context) -> List[CheckResult]:
+    """GPU agents with the model's gfx target and the partition's CUs and VRAM."""
+    from .parsers.rocminfo import parse_rocminfo
+
+    arch = ctx.expect["arch"]
+    run = ctx.guest.run(["rocminfo"], base.TIMEOUTS["query"])
+    if not run.ok:
+        why = run.why() + ("" if not run.missing else ": install ROCm %s (rocminfo package)" % ctx.expect["rocm"])
+        return [error("rocminfo.gfx_target", why, arch),
+                skip("rocminfo.compute_units", "rocminfo did not run"), skip("rocminfo.vram", "rocminfo did not run")]
+    try:
+        gpus = parse_rocminfo(run.stdout).gpus
+    except ParseError as exc:
+        return [error("rocminfo.gfx_target", "rocminfo output not understood: %s" % exc, arch)]
+    if not gpus:
+        return [result("rocminfo.gfx_target", False, "no GPU agent", arch, None,
+                       "rocminfo lists no GPU agent: is amdgpu bound and the user in groups render and video?")]
+    targets = [g.gfx_target for g in gpus]
+    ctx.state["gfx"] = targets[0] if targets[0] else arch
+    out = [result("rocminfo.gfx_target", all(t == arch for t in targets), _joined(targets), arch, None,
+                  "%d GPU agent(s): %s" % (len(gpus), _joined([g.marketing_name for g in gpus])))]
+    out.append(_cu_result("rocminfo.compute_units", ctx, [g.compute_units for g in gpus]))
+    gibs = [None if g.vram_kb is None else round(g.vram_kb / 1024.0 ** 2, 2) for g in gpus]
+    out.append(_vram_result("rocminfo.vram", ctx, gibs, "coarse-grained GLOBAL pool"))
+    return out
+
+
+def _cu_result(name: str, ctx: Context, cus: List[Optional[int]]) -> CheckResult:
+    want = ctx.expect.get("compute_units")
+    if want is None:
+        return skip(name, "no CU count known for %s: measurement reported without pass/fail" % ctx.expect["model"],
+                    _joined(cus), None, "CU")
+    part = ctx.expect.get("compute_partition") or "whole GPU"
+    ok = all(c == want for c in cus)
+    detail = "%s partition of %s" % (part, ctx.expect["model"])
+    if not ok:
+        detail += ": the guest sees a different partition than the profile asks for (check the host's vf_num "
+        detail += "and accelerator_partition_mode)"
+    return result(name, ok, _joined(cus), want, "CU", detail)
+
+
+def _vram_result(name: str, ctx: Context, gibs: List[Optional[float]], what: str) -> CheckResult:
+    want = ctx.expect.get("vram_gib")
+    if want is None:
+        return skip(name, "VRAM of a %s/%s partition is UNVERIFIED: measurement reported without pass/fail" % (
+            ctx.expect.get("compute_partition"), ctx.expect.get("memory_partition")), _joined(gibs), None, "GiB")
+    ok = all(_vram_ok(ctx, g) for g in gibs)
+    low, high = ctx.expect.get("vram_tolerance") or (0.95, 1.02)
+    detail = "%s; accepted %.1f-%.1f GiB for a %s/%s partition" % (
+        what, want * low, want * high, ctx.expect.get("compute_partition") or "SPX",
+        ctx.expect.get("memory_partition") or "NPS1")
+    return result(name, ok, _joined(gibs), want, "GiB", detail)
+
+
+def check_amdsmi(ctx: Context) -> List[CheckResult]:
+    """``amd-smi static`` agrees with the expectation: device id, gfx target, CUs, partition."""
+    from .parsers.amdsmi import parse_amdsmi
+
+    run = ctx.guest.run(["amd-smi", "static"], base.TIMEOUTS["query"])
+    if not run.ok:
+        return [error("amdsmi.static", run.why() + ("" if not run.missing else ": install amd-smi-lib"))]
+    try:
+        gpus = parse_amdsmi(run.stdout)
+    except ParseError as exc:
+        return [error("amdsmi.static", "amd-smi static output not understood: %s" % exc)]
+    return [_static_result(ctx, gpus), _partition_result(ctx, gpus)]
+
+
+def _static_result(ctx: Context, gpus: list) -> CheckResult:
+    ids = set(ctx.expect["device_ids"])
+    problems = []
+    for g in gpus:
+        if g.device_id_hex not in ids:
+            problems.append("GPU %d device id %s" % (g.index, g.device_id_hex))
+        if g.gfx_target and g.gfx_target != ctx.expect["arch"]:
+            problems.append("GPU %d target %s" % (g.index, g.gfx_target))
+        want_cu = ctx.expect.get("compute_units")
+        if want_cu is not None and g.compute_units is not None and g.compute_units != want_cu:
+            problems.append("GPU %d has %d CUs" % (g.index, g.compute_units))
+    first = gpus[0]
+    measured = "%s %s %s CU" % (first.device_id_hex, first.gfx_target or "?", first.compute_units)
+    expected = "%s %s %s CU" % ("/".join(sorted(ids)), ctx.expect["arch"], ctx.expect.get("compute_units"))
+    detail = "; ".join(problems) if problems else "%d GPU(s): %s" % (len(gpus), first.market_name or "")
+    return result("amdsmi.static", not problems, measured, expected, None, detail)
+
+
+def _partition_result(ctx: Context, gpus: list) -> CheckResult:
+    want = "%s/%s" % (ctx.expect.get("compute_partition"), ctx.expect.get("memory_partition"))
+    if not ctx.expect.get("compute_partition"):
+        return skip("amdsmi.partition", "the profile names no partition")
+    seen = [(g.compute_partition, g.memory_partition) for g in gpus]
+    if all(c is None for c, _ in seen):
+        seen = _table_partitions(ctx)
+    if not seen:
+        return skip("amdsmi.partition", "amd-smi reports no partition mode on this guest", None, want)
+    measured = [("%s/%s" % (c, m)) for c, m in seen]
+    ok = all(m == want or (c == ctx.expect["compute_partition"] and m is None) for (c, _), m in zip(seen, measured))
+    return result("amdsmi.partition", ok, _joined(measured), want, None,
+                  "" if ok else "the guest's partition mode differs from the profile's")
+
+
+def _table_partitions(ctx: Context) -> list:
+    """(compute, memory) per GPU from the default ``amd-smi`` table ("SPX/NPS1"), where static has none."""
+    try:
+        from .parsers.amdsmi_misc import parse_amdsmi_default
+    except ImportError:
+        return []
+    run = ctx.guest.run(["amd-smi"], base.TIMEOUTS["query"])
+    if not run.ok:
+        return []
+    try:
+        table = parse_amdsmi_default(run.stdout)
+    except ParseError:
+        return []
+    return [(g.compute_partition, g.memory_partition) for g in table.gpus]
+
+
+CHECKS = (check_rocminfo, check_amdsmi)
+check_rocminfo.check_name = "rocminfo.gfx_target"  # type: ignore[attr-defined]
+check_amdsmi.check_name = "amdsmi.static"  # type: ignore[attr-defined]

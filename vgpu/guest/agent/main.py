@@ -1,0 +1,118 @@
+"""Entry point of the guest agent.
+
+    python3 vgpu-agent.pyz --expect EXPECT.json [--workdir DIR] [--skip-workloads] [--root DIR]
+
+Prints exactly one JSON document (``AgentResult.to_dict()``) on stdout and exits 0, whatever the
+checks found; exit 2 only for a bad invocation (unknown option, unreadable or invalid
+expectation), with one line on stderr. Standard library only, Python >= 3.8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Optional
+
+from . import __version__, gpu_checks, system_checks, workloads
+from .base import Context, run_check, skip
+from .guest import Guest
+from .result import EXPECT_SCHEMA, AgentResult, CheckResult
+
+REQUIRED = ("model", "arch", "vendor_id", "device_ids", "fp8", "thresholds", "rocm")
+WORKLOAD_NAMES = ("hip.compile", "fp8.hipblaslt", "fp8.torch")
+
+
+class BadInvocation(Exception):
+    pass
+
+
+def load_expectation(path: str) -> Dict[str, Any]:
+    """The expectation document; raises BadInvocation with one line saying what is wrong."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise BadInvocation("cannot read expectation %s: %s" % (path, exc.strerror or exc))
+    except ValueError as exc:
+        raise BadInvocation("expectation %s is not JSON: %s" % (path, exc))
+    if not isinstance(data, dict) or data.get("schema") != EXPECT_SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise BadInvocation("expectation %s has schema %r, expected %r" % (path, found, EXPECT_SCHEMA))
+    missing = [k for k in REQUIRED if k not in data]
+    if missing:
+        raise BadInvocation("expectation %s lacks %s" % (path, ", ".join(missing)))
+    return data
+
+
+def archive_root() -> str:
+    """The zipapp (or source folder) that holds the ``vgpu`` package: <root>/vgpu/guest/agent/main.py."""
+    path = os.path.abspath(__file__)
+    for _ in range(4):
+        path = os.path.dirname(path)
+    return path
+
+
+def hostname(guest: Guest) -> str:
+    # A simulated guest (agent root other than /) names itself in <root>/etc/hostname.
+    if str(guest.root) != "/":
+        name = guest.read("/etc/hostname")
+        if name:
+            return name
+    return socket.gethostname()
+
+
+def run_checks(ctx: Context) -> List[CheckResult]:
+    results: List[CheckResult] = []
+    for fn in system_checks.CHECKS + gpu_checks.CHECKS:
+        results += run_check(fn, ctx)
+    if not ctx.workloads:
+        why = "workloads disabled (--skip-workloads or the expectation's workloads: false)"
+        return results + [skip(name, why) for name in WORKLOAD_NAMES]
+    for fn in workloads.CHECKS:
+        results += run_check(fn, ctx)
+    return results
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="vgpu-agent", description="Validate this guest's AMD GPU; prints JSON.")
+    parser.add_argument("--expect", required=True, help="expectation JSON (vgpu.agent-expect/v1)")
+    parser.add_argument("--workdir", help="where to build and run workloads (default: a temporary folder)")
+    parser.add_argument("--skip-workloads", action="store_true", help="only inspect; run no GPU workload")
+    parser.add_argument("--root", help="read /sys, /proc, /opt/rocm under this folder (simulated guests)")
+    parser.add_argument("--version", action="version", version="vgpu-agent " + __version__)
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)  # argparse exits 2 on a bad command line
+    try:
+        expect = load_expectation(args.expect)
+    except BadInvocation as exc:
+        print("vgpu-agent: error: %s" % exc, file=sys.stderr)
+        return 2
+    guest = Guest(root=args.root)
+    own_workdir = not args.workdir
+    workdir = tempfile.mkdtemp(prefix="vgpu-agent-") if own_workdir else os.path.abspath(args.workdir)
+    os.makedirs(workdir, mode=0o700, exist_ok=True)
+    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    clock = time.monotonic()
+    ctx = Context(guest, expect, workdir, archive_root(),
+                  workloads=not args.skip_workloads and expect.get("workloads", True) is not False)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # stdout carries the one JSON document only
+            checks = run_checks(ctx)
+    finally:
+        if own_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    out = AgentResult(hostname(guest), __version__, started, round(time.monotonic() - clock, 3), checks)
+    sys.stdout.write(json.dumps(out.to_dict(), sort_keys=True) + "\n")
+    sys.stdout.flush()
+    return 0
