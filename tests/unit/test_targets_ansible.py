@@ -1,0 +1,124 @@
+"""Ansible inventories (INI and YAML), parsed without ansible: hosts, groups, variables, limits."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from vgpu.errors import InputError
+from vgpu.guest.targets import ExpectSpec, parse_ansible_inventory
+
+INI = """
+# GPU guests of rack 7
+standalone ansible_host=10.0.0.5
+
+[gpu_guests]
+vm[01:03] ansible_user=ubuntu
+10.0.0.9:2222 vgpu_model=MI325X vgpu_is_vf=false
+quoted ansible_host="10.0.0.42" ansible_ssh_private_key_file='{key}'
+
+[gpu_guests:vars]
+ansible_port=2200
+vgpu_profile=mi300x-4vf
+
+[mi300:children]
+gpu_guests
+
+[mi300:vars]
+ansible_user=admin
+ansible_python_interpreter=/usr/bin/python3.11
+
+[all:vars]
+ansible_user=root
+"""
+
+
+def parse(text: str, tmp_path, limit=None):
+    key = tmp_path / "id_ed25519"
+    key.write_text("k")
+    text = textwrap.dedent(text).replace("{key}", str(key))
+    return {t.name: t for t in parse_ansible_inventory(text, source="hosts", base_dir=tmp_path, limit=limit)}
+
+
+def test_ini_hosts_get_group_vars_with_deeper_groups_and_host_vars_winning(tmp_path):
+    t = parse(INI, tmp_path)
+    assert sorted(t) == ["10.0.0.9", "quoted", "standalone", "vm01", "vm02", "vm03"]
+    assert (t["vm02"].endpoint.user, t["vm02"].endpoint.port) == ("ubuntu", 2200)  # host var beats groups
+    assert t["quoted"].endpoint.user == "admin"  # mi300's vars beat all's
+    assert t["standalone"].endpoint.user == "root" and t["standalone"].endpoint.port == 22
+    assert t["quoted"].python == "/usr/bin/python3.11" and t["standalone"].python == "python3"
+
+
+def test_ini_host_port_form_and_quoted_values(tmp_path):
+    t = parse(INI, tmp_path)
+    assert t["10.0.0.9"].endpoint.port == 2222
+    assert t["quoted"].endpoint.host == "10.0.0.42"
+    assert t["quoted"].endpoint.identity == tmp_path / "id_ed25519"
+
+
+def test_vgpu_variables_give_the_expectation_and_a_host_model_beats_a_group_profile(tmp_path):
+    t = parse(INI, tmp_path)
+    assert t["10.0.0.9"].expect == ExpectSpec(model="MI325X", compute=None, memory=None, is_vf=False)
+    assert t["10.0.0.9"].profile is None
+    assert t["vm01"].profile == "mi300x-4vf" and t["standalone"].profile is None
+
+
+def test_limit_selects_groups_and_hosts(tmp_path):
+    assert sorted(parse(INI, tmp_path, limit="mi300")) == ["10.0.0.9", "quoted", "vm01", "vm02", "vm03"]
+    assert sorted(parse(INI, tmp_path, limit="standalone,vm03")) == ["standalone", "vm03"]
+
+
+def test_limit_naming_nothing_known_is_refused(tmp_path):
+    with pytest.raises(InputError, match="--limit names 'nope'"):
+        parse(INI, tmp_path, limit="nope")
+
+
+YAML = """
+all:
+  vars:
+    ansible_user: cloud
+  hosts:
+    lonely:
+      ansible_host: 10.0.1.1
+  children:
+    mi355:
+      vars: {ansible_port: 2022, vgpu_model: MI355X, vgpu_compute_partition: CPX, vgpu_memory_partition: NPS1}
+      hosts:
+        g[a:c]:
+        special: {ansible_port: 22, ansible_ssh_user: legacy}
+"""
+
+
+def test_yaml_inventory_with_children_ranges_and_legacy_variable_names(tmp_path):
+    t = parse(YAML, tmp_path)
+    assert sorted(t) == ["ga", "gb", "gc", "lonely", "special"]
+    assert (t["gb"].endpoint.port, t["gb"].endpoint.user) == (2022, "cloud")
+    assert (t["special"].endpoint.port, t["special"].endpoint.user) == (22, "legacy")
+    assert t["gc"].expect == ExpectSpec("MI355X", "CPX", "NPS1", True)
+    assert t["lonely"].endpoint.host == "10.0.1.1" and t["lonely"].expect is None
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[g]\nvm 'ansible_port={{ port }}'", r"ansible_port is templated"),
+    ("[g]\nvm vgpu_profile=p vgpu_model=MI300X", r"set vgpu_profile or vgpu_model, not both"),
+    ("[g]\nvm ansible_port=http", r"ansible_port 'http' is not a number"),
+    ("[g]\nvm ansible_port=0", r"ansible_port 0 is out of range"),
+    ("[g]\nvm flag", r"line 2: expected key=value, got 'flag'"),
+    ("[g:vars]\njustaword", r"line 2: expected key=value in \[g:vars\]"),
+    ("[g]\nvm[3:1]", r"empty host range"),
+    ("[g]\nvm[1:b]", r"bad host range"),
+    ("[g]\nvm ansible_host='unterminated", r"line 2: No closing quotation"),
+    ("[g]\nvm ansible_ssh_private_key_file=/nonexistent/key", r"identity file /nonexistent/key does not exist"),
+    ("all:\n  hosts:\n    vm: [1, 2]", r"all.hosts.vm: host variables must be a mapping"),
+    ("all:\n  servers: {}", r"a group holds only hosts, vars and children"),
+    ("[empty]\n", r"no hosts"),
+])
+def test_bad_inventory_is_one_input_error(tmp_path, text, message):
+    with pytest.raises(InputError, match=message):
+        parse(text, tmp_path)
+
+
+def test_duplicate_host_in_two_groups_is_one_target(tmp_path):
+    t = parse("[a]\nvm ansible_port=2201\n[b]\nvm ansible_user=x\n", tmp_path)
+    assert list(t) == ["vm"] and (t["vm"].endpoint.port, t["vm"].endpoint.user) == (2201, "x")
