@@ -198,7 +198,8 @@ def test_crlf_tabs_and_trailing_spaces_in_text():
 
 
 def test_unknown_keys_survive_version_drift():
-    text = "GPU: 0\n    ASIC:\n        MARKET_NAME: MI3XX\n        NEW_KEY: 7\n    NEW_SECTION:\n        A: b\n"
+    text = ("GPU: 0\n    ASIC:\n        MARKET_NAME: MI3XX\n        NEW_KEY: 7\n"
+            "    NEW_SECTION:\n        A: b\n")
     (gpu,) = parse_amdsmi_text(text)
     assert gpu.fields["asic"]["new_key"] == "7" and gpu.fields["new_section"] == {"a": "b"}
 

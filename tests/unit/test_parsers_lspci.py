@@ -49,10 +49,11 @@ def test_plain_grep_eight_pfs_without_ids():
 def test_vvv_devsta_lnksta_gen5_x16():
     text = fixture("baremetal-vvv-devsta-lnksta-mi300x-8gpu-health-check-doc.txt")
     links = parse_link_status(text)
-    assert len(links) == 8 and {(l.speed_gts, l.width) for l in links} == {(32.0, 16)}
-    assert not any(l.downgraded for l in links)
+    assert len(links) == 8 and {(link.speed_gts, link.width) for link in links} == {(32.0, 16)}
+    assert not any(link.downgraded for link in links)
     statuses = parse_device_status(text)
-    assert len(statuses) == 8 and statuses[0]["CorrErr"] is False and not any(any(s.values()) for s in statuses)
+    assert len(statuses) == 8 and statuses[0]["CorrErr"] is False
+    assert not any(any(status.values()) for status in statuses)
 
 
 def test_lnksta_with_ok_and_downgraded_suffixes():
@@ -68,8 +69,8 @@ def test_lnksta_with_ok_and_downgraded_suffixes():
 
 
 def test_domain_rev_prog_if_and_grep_separators():
-    text = ("0001:c1:00.0 Display controller [0380]: Advanced Micro Devices, Inc. [AMD/ATI] Device [1002:75a0] "
-            "(rev 01)\r\n\tKernel driver in use: amdgpu\r\n--\r\n"
+    text = ("0001:c1:00.0 Display controller [0380]: Advanced Micro Devices, Inc. [AMD/ATI] "
+            "Device [1002:75a0] (rev 01)\r\n\tKernel driver in use: amdgpu\r\n--\r\n"
             "03:00.0 VGA compatible controller [0300]: ASPEED Technology, Inc. ASPEED Graphics Family "
             "[1a03:2000] (rev 52) (prog-if 00 [VGA controller])\r\n")
     amd, vga = parse_lspci(text)

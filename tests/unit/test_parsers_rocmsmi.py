@@ -43,7 +43,8 @@ def test_concise_8x_mi300x_rocm642_ids_and_partitions_layout():
     assert {g.device_id for g in smi.gpus} == {0x74A1}
     assert smi.gpu(0).guid == 55354 and smi.gpu(5).guid == 705
     assert smi.gpu(5).temperature_c == 46.0  # a short GUID must not shift the next column
-    assert {(g.memory_partition, g.compute_partition, g.partition_id) for g in smi.gpus} == {("NPS1", "SPX", 0)}
+    modes = {(g.memory_partition, g.compute_partition, g.partition_id) for g in smi.gpus}
+    assert modes == {("NPS1", "SPX", 0)}
     assert smi.gpu(7).vram_percent == 0.0 and smi.gpu(7).gpu_percent == 0.0
 
 

@@ -6,6 +6,8 @@ tool's stdout as text and returns dataclasses; it raises ``ParseError`` (a Value
 the text is empty or is not that tool's output at all. See docs/parsers.md.
 """
 
+from __future__ import annotations
+
 from .common import ParseError, Quantity
 
 __all__ = ["ParseError", "Quantity"]

@@ -64,8 +64,9 @@ def parse_amdsmi_version(text: str) -> SmiVersion:
     require_text(text, "amd-smi version")
     pairs = _version_pairs(text)
     tool = pairs.get("amdsmi_tool") or pairs.get("tool_version") or pairs.get("version")
+    name = pairs.get("tool_name") or pairs.get("tool") or ("AMDSMI Tool" if "amdsmi_tool" in pairs else None)
     found = SmiVersion(
-        tool_name=pairs.get("tool_name") or pairs.get("tool") or ("AMDSMI Tool" if "amdsmi_tool" in pairs else None),
+        tool_name=name,
         tool_version=_version(tool),
         library_version=_version(pairs.get("amdsmi_library_version") or pairs.get("lib_version")),
         rocm_version=_version(pairs.get("rocm_version")),
