@@ -10,13 +10,13 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from vgpu.errors import InputError
 from vgpu.host.paths import HostPaths
+from vgpu.host.target import HostTarget
 
 SIM_DEFAULT = "__default__"
 
@@ -45,24 +45,6 @@ def host_options(fn: Callable) -> Callable:
     for option in reversed(options):
         fn = option(fn)
     return fn
-
-
-@dataclass
-class HostTarget:
-    paths: HostPaths
-    sim: object | None = None  # vgpu.sim.SimHost when simulated
-    read_only: bool = False
-
-    @property
-    def kernel(self):
-        """The KernelOps for this host: the simulator's, or the real kernel."""
-        if self.read_only:
-            raise InputError(f"{self.paths.label} is a capture: it can be read, not changed",
-                             hint="run provisioning commands on the host itself, or with --simulate")
-        if self.sim is not None:
-            return self.sim.kernel
-        from vgpu.host.kernel import LinuxKernel
-        return LinuxKernel()
 
 
 @contextlib.contextmanager

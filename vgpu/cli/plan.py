@@ -1,0 +1,188 @@
+"""`vgpu plan`, `provision`, `status`, `release`, `export`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from vgpu.cli.common import host_options, open_host
+from vgpu.errors import ExitCode, VgpuError
+
+
+def _profile_option(fn):
+    return click.option("--profile", "profile_ref", metavar="NAME|FILE", required=True,
+                        help="A shipped profile name (`vgpu profiles list`) or a profile YAML file.")(fn)
+
+
+def _load(profile_ref: str):
+    from vgpu.profiles import load_profile
+    return load_profile(profile_ref)
+
+
+@click.command()
+@_profile_option
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (schema vgpu.plan/v1).")
+@host_options
+def plan(profile_ref, as_json, simulate, sim_dir, sysfs_root, snapshot) -> int:
+    """Show what provisioning a profile would change and disrupt. Changes nothing.
+
+    Exit 0: in sync; 3: changes pending; 4: refused (each problem on its own line).
+    """
+    from vgpu.planner import Refusal
+    from vgpu.provision import plan_profile
+
+    profile = _load(profile_ref)
+    with open_host(simulate, sim_dir, sysfs_root, snapshot) as target:
+        try:
+            result = plan_profile(target, profile)
+        except Refusal as exc:
+            return _refused(exc, profile.name, target.paths.label, as_json)
+    from vgpu.cli import planview
+    if as_json:
+        planview.print_plan_json(result.plan, result.warnings)
+    else:
+        planview.show_plan(result.plan, result.warnings)
+    return ExitCode.OK if result.plan.in_sync else ExitCode.CHANGES_PENDING
+
+
+def _refused(exc, profile: str, host: str, as_json: bool) -> int:
+    from vgpu.cli import planview
+    planview.show_refusal(exc, profile, host, as_json)
+    return ExitCode.REFUSED
+
+
+@click.command()
+@click.option("--profile", "profile_ref", metavar="NAME|FILE", default=None,
+              help="A shipped profile name or a profile YAML file.")
+@click.option("--recorded", is_flag=True, help="Re-apply the profile recorded on this host (the boot unit uses this).")
+@click.option("--dry-run", is_flag=True, help="Show the plan and stop.")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask before disruptive steps.")
+@click.option("--force", is_flag=True, help="Proceed even when VMs or processes hold devices the plan disrupts.")
+@click.option("--lock-timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for the host lock.")
+@click.option("--vf-timeout", type=float, default=60.0, show_default=True,
+              help="Seconds to wait for gim to create VFs after a reload.")
+@host_options
+def provision(profile_ref, recorded, dry_run, yes, force, lock_timeout, vf_timeout,
+              simulate, sim_dir, sysfs_root, snapshot) -> int:
+    """Apply a profile: configure gim, create VFs, set partitions, bind vfio-pci, persist; verify by read-back."""
+    from vgpu.cli import planview
+    from vgpu.planner import Refusal
+    from vgpu.provision import provision as run_provision, recorded_profile
+
+    if bool(profile_ref) == bool(recorded):
+        raise click.UsageError("give exactly one of --profile NAME|FILE and --recorded")
+    with open_host(simulate, sim_dir, sysfs_root, snapshot) as target:
+        profile = recorded_profile(target) if recorded else _load(profile_ref)
+        if profile is None:
+            click.echo("no profile is recorded on this host: nothing to re-apply")
+            return ExitCode.OK
+        try:
+            result = run_provision(target, profile, dry_run=dry_run, force=force,
+                                   confirm=None if yes else _confirm, hook=_sim_kill_hook(target),
+                                   lock_timeout=lock_timeout, vf_timeout=vf_timeout)
+        except Refusal as exc:
+            return _refused(exc, profile.name, target.paths.label, False)
+    planview.show_provision(result)
+    if dry_run and not result.plan.in_sync:
+        return ExitCode.CHANGES_PENDING
+    return ExitCode.OK
+
+
+def _confirm(plan) -> bool:
+    """Ask before disruptive steps; without a terminal, refuse (scripts must say --yes)."""
+    if not plan.disruptive:
+        return True
+    from vgpu.cli import planview
+    planview.show_plan(plan, [])
+    if not sys.stdin.isatty():
+        raise VgpuError("the plan disrupts devices and no terminal is attached to confirm it",
+                        hint="review `vgpu plan`, then rerun with --yes")
+    return click.confirm("Apply these disruptive steps?", default=False)
+
+
+def _sim_kill_hook(target):
+    """Test hook, simulated hosts only: VGPU_SIM_KILL_AT=INDEX:before|after SIGKILLs this process there."""
+    spec = os.environ.get("VGPU_SIM_KILL_AT")
+    if not spec or target.sim is None:
+        return None
+    index, _, when = spec.partition(":")
+
+    def hook(i, step, moment):
+        if str(i) == index and moment == (when or "before"):
+            os.kill(os.getpid(), signal.SIGKILL)
+    return hook
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print status as JSON.")
+@host_options
+def status(as_json, simulate, sim_dir, sysfs_root, snapshot) -> int:
+    """Compare the host with its recorded profile, item by item. Exit 0 in sync, 1 drift."""
+    from vgpu.cli import planview
+    from vgpu.host.discovery import discover
+    from vgpu.planner import Refusal
+    from vgpu.provision import current_files, desired_state, recorded_profile
+    from vgpu.status import status_items
+
+    with open_host(simulate, sim_dir, sysfs_root, snapshot) as target:
+        profile = recorded_profile(target)
+        if profile is None:
+            planview.show_unprovisioned(target.paths.label, as_json)
+            return ExitCode.OK
+        inv = discover(target.paths)
+        try:
+            desired = desired_state(profile, inv)
+        except Refusal as exc:
+            planview.show_refusal(exc, profile.name, target.paths.label, as_json)
+            return ExitCode.FAILURE
+        items = status_items(desired, inv, current_files(target))
+    planview.show_status(profile.name, target.paths.label, items, as_json)
+    return ExitCode.OK if all(i.ok for i in items) else ExitCode.FAILURE
+
+
+@click.command()
+@click.option("--dry-run", is_flag=True, help="Show the release plan and stop.")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask before disruptive steps.")
+@click.option("--force", is_flag=True, help="Proceed even when VMs or processes hold the devices.")
+@click.option("--lock-timeout", type=float, default=30.0, show_default=True)
+@host_options
+def release(dry_run, yes, force, lock_timeout, simulate, sim_dir, sysfs_root, snapshot) -> int:
+    """Return the host to its default state: VFs off vfio-pci, vgpu's config and boot unit removed."""
+    from vgpu.cli import planview
+    from vgpu.provision import release as run_release
+
+    with open_host(simulate, sim_dir, sysfs_root, snapshot) as target:
+        result = run_release(target, dry_run=dry_run, force=force, confirm=None if yes else _confirm,
+                             lock_timeout=lock_timeout)
+    planview.show_provision(result)
+    return ExitCode.CHANGES_PENDING if dry_run and not result.plan.in_sync else ExitCode.OK
+
+
+@click.command()
+@click.option("--name", default="exported", show_default=True, help="Name of the exported profile.")
+@click.option("--model", default=None, help="Export this model's GPUs (needed on mixed hosts).")
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Write the profile here (default: stdout).")
+@host_options
+def export(name, model, output, simulate, sim_dir, sysfs_root, snapshot) -> None:
+    """Write the host's current GPU setup as a profile (that `plan` reports in sync)."""
+    import yaml
+
+    from vgpu.export import export_profile
+    from vgpu.host.discovery import discover
+    from vgpu.profiles import load_profile_text
+
+    with open_host(simulate, sim_dir, sysfs_root, snapshot) as target:
+        data = export_profile(discover(target.paths), name, model)
+    text = yaml.safe_dump(data, sort_keys=False)
+    load_profile_text(text, source=f"{name}.yaml")  # what we export must load back
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    from vgpu.host.files import FileStore
+    FileStore(output.parent if str(output.parent) else Path(".")).write(output.name, text, 0o644)
+    click.echo(f"wrote {output}", err=True)

@@ -1,0 +1,107 @@
+"""Rendering plans, refusals, provision results and status for people (rich) and scripts (JSON)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from vgpu.cli.render import console, print_json
+from vgpu.model.plan import Plan
+
+
+def show_plan(plan: Plan, warnings: list[str]) -> None:
+    out = console()
+    for w in (*plan.warnings, *warnings):
+        out.print(f"[yellow]warning:[/] {w}")
+    if plan.in_sync:
+        out.print(f"[green]in sync[/]: {plan.host} already matches profile {plan.profile}; nothing to do")
+        return
+    table = Table(title=f"Plan: {plan.profile} on {plan.host}", title_justify="left")
+    for col in ("#", "step", "disrupts"):
+        table.add_column(col)
+    for i, step in enumerate(plan.steps, 1):
+        table.add_row(str(i), step.describe(), _disrupts(step))
+    out.print(table)
+    holders = plan.holders()
+    if holders:
+        out.print(f"[bold red]in use:[/] {', '.join(holders)} would lose devices (provision refuses without --force)")
+    verdict = "[bold yellow]disruptive[/]" if plan.disruptive else "non-disruptive"
+    out.print(f"{len(plan.steps)} step(s), {verdict}. Apply with `vgpu provision --profile {plan.profile}`.")
+
+
+def _disrupts(step) -> str:
+    d = getattr(step, "disruption", None)
+    if d is None or not d.any:
+        return "-"
+    parts = []
+    if d.host_wide:
+        parts.append("HOST-WIDE")
+    if d.functions:
+        shown = ", ".join(str(a) for a in d.functions[:4])
+        more = f" (+{len(d.functions) - 4} more)" if len(d.functions) > 4 else ""
+        parts.append(f"{len(d.functions)} function(s): {shown}{more}")
+    if d.vms:
+        parts.append("VMs: " + ", ".join(d.vms))
+    if d.processes:
+        parts.append("processes: " + ", ".join(d.processes))
+    return "; ".join(parts)
+
+
+def print_plan_json(plan: Plan, warnings: list[str]) -> None:
+    data = plan.to_dict()
+    data["warnings"] = list(plan.warnings) + list(warnings)
+    print_json(data)
+
+
+def show_refusal(exc, profile: str, host: str, as_json: bool) -> None:
+    if as_json:
+        print_json({"schema": "vgpu.plan/v1", "profile": profile, "host": host, "refused": True,
+                    "problems": [{"subject": p.subject, "message": p.message, "fix": p.fix}
+                                 for p in getattr(exc, "problems", ())] or [{"subject": "profile",
+                                                                             "message": exc.message, "fix": exc.hint}]})
+        return
+    err = console(err=True)
+    err.print(f"[bold red]refused[/]: profile {profile} cannot be applied to {host}; nothing was changed:")
+    for p in getattr(exc, "problems", ()) or ():
+        err.print(f"  - {p.subject}: {p.message}" + (f" (fix: {p.fix})" if p.fix else ""))
+    if not getattr(exc, "problems", None):
+        err.print(f"  - {exc.message}" + (f" (fix: {exc.hint})" if exc.hint else ""))
+
+
+def show_provision(result) -> None:
+    out = console()
+    for line in result.recovered:
+        out.print(f"[yellow]recovered[/] an interrupted run: undid '{line}'")
+    if result.dry_run or result.outcome is None:
+        show_plan(result.plan, result.warnings)
+        return
+    for w in (*result.plan.warnings, *result.warnings):
+        out.print(f"[yellow]warning:[/] {w}")
+    for line in result.outcome.applied:
+        out.print(f"[green]done[/] {line}")
+    out.print(f"[bold green]verified[/]: {result.plan.host} now matches {result.plan.profile} (read back from the host)")
+
+
+def show_unprovisioned(host: str, as_json: bool) -> None:
+    if as_json:
+        print_json({"schema": "vgpu.status/v1", "host": host, "profile": None, "in_sync": True, "items": []})
+    else:
+        console().print(f"{host}: no profile recorded (never provisioned, or released)")
+
+
+def show_status(profile: str, host: str, items, as_json: bool) -> None:
+    in_sync = all(i.ok for i in items)
+    if as_json:
+        print_json({"schema": "vgpu.status/v1", "host": host, "profile": profile, "in_sync": in_sync,
+                    "items": [{"subject": i.subject, "what": i.what, "expected": i.expected, "actual": i.actual,
+                               "ok": i.ok} for i in items]})
+        return
+    table = Table(title=f"Status of {host} against recorded profile {profile}", title_justify="left")
+    for col in ("", "subject", "item", "expected", "actual"):
+        table.add_column(col)
+    for i in items:
+        mark = "[green]ok[/]" if i.ok else "[bold red]DRIFT[/]"
+        table.add_row(mark, i.subject, i.what, i.expected, i.actual)
+    out = console()
+    out.print(table)
+    out.print("[green]in sync[/]" if in_sync else
+              f"[bold red]drift[/]: {sum(not i.ok for i in items)} item(s) differ; `vgpu provision --recorded` re-applies")

@@ -1,0 +1,70 @@
+"""Config files under a configurable /etc, written atomically with sane permissions."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+from vgpu.errors import HostError, InputError
+
+
+class FileStore:
+    """Reads and writes files below ``root`` (the host's /etc, or a simulated one)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def path(self, rel: str) -> Path:
+        target = (self.root / rel)
+        if ".." in Path(rel).parts or Path(rel).is_absolute():
+            raise InputError(f"refusing a config path outside {self.root}: {rel!r}")
+        return target
+
+    def read(self, rel: str) -> str | None:
+        """The file's text; for a symlink, its target; None when absent."""
+        path = self.path(rel)
+        if path.is_symlink():
+            return os.readlink(path)
+        try:
+            return path.read_text()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise HostError(f"cannot read {path}: {exc.strerror}") from exc
+
+    def write(self, rel: str, content: str | None, mode: int = 0o644) -> None:
+        """Replace the file atomically (temp file + fsync + rename); ``None`` removes it."""
+        path = self.path(rel)
+        if content is None:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            return
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as fh:
+                fh.write(content)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, mode)
+            os.replace(tmp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise HostError(f"cannot write {path}: {exc.strerror}") from exc
+
+    def symlink(self, rel: str, target: str | None) -> None:
+        """Point ``rel`` at ``target`` atomically (as `systemctl enable` does); None removes it."""
+        path = self.path(rel)
+        if target is None:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            return
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        os.symlink(target, tmp)
+        os.replace(tmp, path)

@@ -1,0 +1,209 @@
+"""How each plan step is applied and undone on a host. One handler per step type.
+
+``prepare`` reads what undo will need (before anything changes) and returns it as JSON-able data
+that the executor journals first; ``apply`` changes the host; ``undo`` puts it back from that
+data and must be safe to run twice or after a partial apply (crash recovery runs it blind).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from vgpu.errors import HostError
+from vgpu.host import binding
+from vgpu.host.files import FileStore
+from vgpu.host.kernel import KernelOps
+from vgpu.host.paths import HostPaths
+from vgpu.model.pci import PciAddress
+from vgpu.model.plan import (BindDevice, BindVfs, InstallPersistence, ReloadGim, SetMemoryPartition, Step,
+                             UnbindDevice, WriteFile)
+from vgpu.persist import STATE_RECORD, UNIT_LINK, UNIT_LINK_TARGET, UNIT_PATH
+
+GIM_CONFIG = "gim_config"
+
+
+@dataclass
+class Context:
+    paths: HostPaths
+    kernel: KernelOps
+    files: FileStore
+    baseline: dict = None  # config file contents before the run started (journaled)
+    vf_timeout: float = 60.0  # GIM creates VFs at probe; big hosts take a while
+
+    def pf_dir(self, pf: PciAddress):
+        return binding.device_dir(self.paths, pf)
+
+    def vfs_of(self, pf: PciAddress) -> list[PciAddress]:
+        d = self.pf_dir(pf)
+        links = sorted((n for n in os.listdir(d) if n.startswith("virtfn")), key=lambda n: int(n[6:]))
+        return [PciAddress.parse(os.path.basename(os.readlink(d / n))) for n in links]
+
+    def module_loaded(self, name: str) -> bool:
+        return (self.paths.sys / "module" / name).is_dir()
+
+
+def prepare(step: Step, ctx: Context) -> dict:
+    return HANDLERS[type(step)][0](step, ctx)
+
+
+def apply(step: Step, ctx: Context, info: dict) -> None:
+    HANDLERS[type(step)][1](step, ctx, info)
+
+
+def undo(step: Step, ctx: Context, info: dict) -> None:
+    HANDLERS[type(step)][2](step, ctx, info)
+
+
+# write-file ---------------------------------------------------------------------------------
+
+def _file_prepare(step: WriteFile, ctx: Context) -> dict:
+    return {"before": ctx.files.read(step.path)}
+
+
+def _file_apply(step: WriteFile, ctx: Context, info: dict) -> None:
+    ctx.files.write(step.path, step.content, step.mode)
+
+
+def _file_undo(step: WriteFile, ctx: Context, info: dict) -> None:
+    ctx.files.write(step.path, info.get("before"), step.mode)
+
+
+# reload-gim ---------------------------------------------------------------------------------
+
+def _reload_prepare(step: ReloadGim, ctx: Context) -> dict:
+    # The write-file steps before this one already changed gim_config: undo needs the pre-run text.
+    baseline = ctx.baseline or {}
+    config = baseline[GIM_CONFIG] if GIM_CONFIG in baseline else ctx.files.read(GIM_CONFIG)
+    return {"config": config, "was_loaded": ctx.module_loaded("gim")}
+
+
+def _reload_apply(step: ReloadGim, ctx: Context, info: dict) -> None:
+    if ctx.module_loaded("gim"):
+        ctx.kernel.unload_module("gim")
+    ctx.kernel.load_module("gim")  # no vf_num on the command line: it would override /etc/gim_config
+    _wait_for_vfs(ctx, dict(zip(step.pfs, step.vf_num)))
+
+
+def _reload_undo(step: ReloadGim, ctx: Context, info: dict) -> None:
+    # Undo runs before the earlier write-file undos: put gim's config back first so the reload
+    # recreates the VFs the host had.
+    ctx.files.write(GIM_CONFIG, info.get("config"))
+    if ctx.module_loaded("gim"):
+        ctx.kernel.unload_module("gim")
+    if info.get("was_loaded", True):
+        ctx.kernel.load_module("gim")
+        ctx.kernel.settle(ctx.vf_timeout)
+
+
+def _wait_for_vfs(ctx: Context, expected: dict[PciAddress, int]) -> None:
+    """Wait (udev settle, then polling) until each PF has its VFs; a clear error on timeout."""
+    deadline = time.monotonic() + ctx.vf_timeout
+    while True:
+        ctx.kernel.settle(min(5.0, ctx.vf_timeout))
+        missing = {pf: n for pf, n in expected.items() if len(ctx.vfs_of(pf)) != n}
+        if not missing:
+            return
+        if time.monotonic() >= deadline:
+            pf, n = next(iter(missing.items()))
+            raise HostError(f"gim did not create {n} VF(s) on {pf} within {ctx.vf_timeout:.0f} s "
+                            f"(it has {len(ctx.vfs_of(pf))})",
+                            hint="see `dmesg | grep gim`: vf_num must be allowed and at most TotalVFs")
+        time.sleep(0.1)
+
+
+# set-memory-partition -----------------------------------------------------------------------
+
+def _mem_prepare(step: SetMemoryPartition, ctx: Context) -> dict:
+    try:
+        before = (ctx.pf_dir(step.pf) / "memory_partition_mode").read_text().split()[0]
+    except (OSError, IndexError):
+        before = None
+    return {"before": before}
+
+
+def _mem_apply(step: SetMemoryPartition, ctx: Context, info: dict) -> None:
+    ctx.kernel.write_attr(ctx.pf_dir(step.pf) / "memory_partition_mode", step.mode)
+
+
+def _mem_undo(step: SetMemoryPartition, ctx: Context, info: dict) -> None:
+    if info.get("before"):
+        ctx.kernel.write_attr(ctx.pf_dir(step.pf) / "memory_partition_mode", info["before"])
+
+
+# bind-vfs / bind-device / unbind-device -----------------------------------------------------
+
+def _vfs_prepare(step: BindVfs, ctx: Context) -> dict:
+    return {"drivers": {str(vf): binding.current_driver(ctx.paths, vf) for vf in ctx.vfs_of(step.pf)}}
+
+
+def _vfs_apply(step: BindVfs, ctx: Context, info: dict) -> None:
+    vfs = ctx.vfs_of(step.pf)
+    if len(vfs) != step.count:
+        raise HostError(f"{step.pf} has {len(vfs)} VF(s), expected {step.count}")
+    for vf in vfs:
+        info["drivers"].setdefault(str(vf), binding.current_driver(ctx.paths, vf))
+        binding.bind(ctx.paths, ctx.kernel, vf, step.driver)
+
+
+def _vfs_undo(step: BindVfs, ctx: Context, info: dict) -> None:
+    for vf in ctx.vfs_of(step.pf):
+        if str(vf) in info.get("drivers", {}) and binding.current_driver(ctx.paths, vf) is not None:
+            binding.unbind(ctx.paths, ctx.kernel, vf, restore=info["drivers"][str(vf)])
+
+
+def _dev_prepare(step: BindDevice, ctx: Context) -> dict:
+    return {"previous": binding.current_driver(ctx.paths, step.address)}
+
+
+def _dev_apply(step: BindDevice, ctx: Context, info: dict) -> None:
+    binding.bind(ctx.paths, ctx.kernel, step.address, step.driver)
+
+
+def _dev_undo(step: BindDevice, ctx: Context, info: dict) -> None:
+    if binding.current_driver(ctx.paths, step.address) != info.get("previous"):
+        binding.unbind(ctx.paths, ctx.kernel, step.address, restore=info.get("previous"))
+
+
+def _unbind_prepare(step: UnbindDevice, ctx: Context) -> dict:
+    return {"previous": binding.current_driver(ctx.paths, step.address)}
+
+
+def _unbind_apply(step: UnbindDevice, ctx: Context, info: dict) -> None:
+    binding.unbind(ctx.paths, ctx.kernel, step.address, restore=step.restore)
+
+
+def _unbind_undo(step: UnbindDevice, ctx: Context, info: dict) -> None:
+    previous = info.get("previous")
+    if previous and binding.current_driver(ctx.paths, step.address) != previous:
+        binding.bind(ctx.paths, ctx.kernel, step.address, previous)
+
+
+# install-persistence ------------------------------------------------------------------------
+
+def _persist_prepare(step: InstallPersistence, ctx: Context) -> dict:
+    return {p: ctx.files.read(p) for p in (STATE_RECORD, UNIT_PATH, UNIT_LINK)}
+
+
+def _persist_apply(step: InstallPersistence, ctx: Context, info: dict) -> None:
+    ctx.files.write(STATE_RECORD, step.record, 0o644)
+    ctx.files.write(UNIT_PATH, step.unit if step.record is not None else None, 0o644)
+    ctx.files.symlink(UNIT_LINK, UNIT_LINK_TARGET if step.record is not None else None)
+
+
+def _persist_undo(step: InstallPersistence, ctx: Context, info: dict) -> None:
+    ctx.files.write(STATE_RECORD, info.get(STATE_RECORD))
+    ctx.files.write(UNIT_PATH, info.get(UNIT_PATH))
+    ctx.files.symlink(UNIT_LINK, info.get(UNIT_LINK))
+
+
+HANDLERS = {
+    WriteFile: (_file_prepare, _file_apply, _file_undo),
+    ReloadGim: (_reload_prepare, _reload_apply, _reload_undo),
+    SetMemoryPartition: (_mem_prepare, _mem_apply, _mem_undo),
+    BindVfs: (_vfs_prepare, _vfs_apply, _vfs_undo),
+    BindDevice: (_dev_prepare, _dev_apply, _dev_undo),
+    UnbindDevice: (_unbind_prepare, _unbind_apply, _unbind_undo),
+    InstallPersistence: (_persist_prepare, _persist_apply, _persist_undo),
+}

@@ -1,0 +1,230 @@
+"""The planner: a pure function from (desired state, discovered host) to a Plan or a refusal.
+
+Nothing here touches the host. ``check`` collects every reason the profile cannot be applied
+(one sentence each, HARDWARE.md sections 3-4 and the catalog); ``make_plan`` compares the desired
+state with the inventory and the current config files and emits only the steps that differ, so a
+host already in sync plans zero steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from vgpu.catalog import DEFAULT, Catalog, ComputePartition, MemoryPartition, Mode, Support
+from vgpu.errors import RefusedError
+from vgpu.model.inventory import Gpu, Inventory
+from vgpu.model.pci import PciAddress
+from vgpu.model.plan import (BindDevice, BindVfs, Disruption, InstallPersistence, Plan, Problem, ReloadGim,
+                             SetMemoryPartition, WriteFile)
+from vgpu.persist import STATE_RECORD, UNIT_LINK, UNIT_PATH
+
+GIM_CONFIG = "gim_config"
+MODPROBE_CONF = "modprobe.d/vgpu.conf"
+MODULES_LOAD = "modules-load.d/vgpu.conf"
+VFIO = "vfio-pci"
+# vf_num sets the compute partition (HARDWARE.md 3).
+COMPUTE_FOR_VF_NUM = {1: "SPX", 2: "DPX", 4: "QPX", 8: "CPX"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """What one selected GPU must look like."""
+
+    address: PciAddress
+    vf_num: int  # 0 for passthrough
+    compute: str | None = None
+    memory: str | None = None
+
+
+@dataclass(frozen=True)
+class Desired:
+    profile: str
+    model: str
+    mode: Mode
+    targets: tuple[Target, ...]
+    record: str  # canonical JSON of the state record (vgpu/persist.py)
+    unit: str  # the boot unit's text
+    warnings: tuple[str, ...] = ()
+
+
+class Refusal(RefusedError):
+    def __init__(self, profile: str, problems: Sequence[Problem]):
+        lines = [f"{p.subject}: {p.message}" for p in problems]
+        super().__init__(f"profile {profile} cannot be applied: " + "; ".join(lines),
+                         hint=next((p.fix for p in problems if p.fix), None))
+        self.problems = tuple(problems)
+
+
+Holders = Mapping[PciAddress, Sequence[str]]  # function -> "VM name" / "pid N (comm)"
+
+
+def check(desired: Desired, inv: Inventory, catalog: Catalog = DEFAULT) -> list[Problem]:
+    """Every reason ``desired`` cannot be applied to ``inv``; empty when it can."""
+    problems: list[Problem] = []
+    if inv.facts.iommu_groups == 0 and inv.facts.iommu_units == 0:
+        problems.append(Problem("host", "the IOMMU is off, so no function can be assigned to a VM",
+                                "enable IOMMU/SR-IOV in the BIOS and boot with iommu=pt"))
+    gim = inv.facts.modules.get("gim")
+    if desired.mode is Mode.SRIOV and (gim is None or not gim.loaded):
+        problems.append(Problem("host", "gim (AMD's SR-IOV host driver) is not loaded",
+                                "install gim-dkms with playbooks/host.yml, `modprobe gim`, then plan again"))
+    if not desired.targets:
+        problems.append(Problem("host", f"no GPU on this host matches profile {desired.profile}"))
+    for target in desired.targets:
+        gpu = inv.gpu(target.address)
+        if gpu is None:
+            problems.append(Problem(str(target.address), "no such GPU on this host", "check `vgpu discover`"))
+            continue
+        problems += _check_gpu(desired, target, gpu, catalog)
+    return problems
+
+
+def _check_gpu(desired: Desired, target: Target, gpu: Gpu, catalog: Catalog) -> list[Problem]:
+    subject = f"{gpu.address} ({gpu.model})"
+    if gpu.model != desired.model:
+        return [Problem(subject, f"the profile is for {desired.model}, this GPU is an {gpu.model}",
+                        "pick a profile for this model (`vgpu profiles list`)")]
+    model = catalog.by_name(gpu.model)
+    if desired.mode is Mode.PASSTHROUGH:
+        if gpu.driver == "gim":
+            return [Problem(subject, "gim drives this PF, which the profile wants for whole-GPU passthrough",
+                            "release it first (`vgpu release`) or exclude it from gim with enabled_devices")]
+        return []
+    problems = []
+    if target.vf_num not in model.gim_vf_counts:
+        allowed = ", ".join(str(n) for n in sorted(model.gim_vf_counts)) or "none"
+        problems.append(Problem(subject, f"{target.vf_num} VFs per GPU is not allowed (GIM accepts {allowed})"))
+    elif gpu.total_vfs is not None and target.vf_num > gpu.total_vfs:
+        problems.append(Problem(subject, f"{target.vf_num} VFs exceed this PF's TotalVFs of {gpu.total_vfs}",
+                                "more than 1 VF per GPU needs AMD's multi-VF firmware bundle"))
+    if target.compute and COMPUTE_FOR_VF_NUM.get(target.vf_num) not in (None, target.compute):
+        problems.append(Problem(subject, f"{target.compute} with {target.vf_num} VF(s) needs GIM's "
+                                "accelerator_partition_mode, whose numbering vgpu cannot verify yet",
+                                f"use {COMPUTE_FOR_VF_NUM[target.vf_num]} with {target.vf_num} VF(s)"))
+    compute = ComputePartition(target.compute) if target.compute else None
+    memory = MemoryPartition(target.memory) if target.memory else None
+    combo = model.combo(target.vf_num, compute, memory)
+    if combo is None and target.vf_num in model.gim_vf_counts:
+        problems.append(Problem(subject, f"{target.vf_num} VFs with {target.compute}/{target.memory} is not a "
+                                "partition GIM accepts (it would silently fall back to NPS1)"))
+    elif combo is not None and combo.support is Support.UNSUPPORTED:
+        problems.append(Problem(subject, f"{target.vf_num} VFs ({combo.compute.value}/{combo.memory.value}) is "
+                                f"not supported on {model.name} by AMD"))
+    if gpu.driver not in (None, "gim"):
+        problems.append(Problem(subject, f"bound to {gpu.driver}, but SR-IOV needs gim on the PF",
+                                "blacklist amdgpu (modprobe.blacklist=amdgpu), reboot, and plan again"))
+    return problems
+
+
+def make_plan(desired: Desired, inv: Inventory, files: Mapping[str, str | None], holders: Holders,
+              catalog: Catalog = DEFAULT) -> Plan:
+    """The steps that bring ``inv`` to ``desired``. Raises Refusal with every problem found."""
+    problems = check(desired, inv, catalog)
+    if problems:
+        raise Refusal(desired.profile, problems)
+    steps = _sriov_steps(desired, inv, files, holders) if desired.mode is Mode.SRIOV else \
+        _passthrough_steps(desired, inv, files, holders)
+    steps += _persistence_steps(desired, files)
+    return Plan(profile=desired.profile, host=inv.source, steps=tuple(steps), warnings=desired.warnings)
+
+
+def _gim_pfs(inv: Inventory, desired: Desired) -> list[Gpu]:
+    """The PFs gim drives (or will), in probe order: vf_num has one entry for each."""
+    wanted = {t.address for t in desired.targets}
+    return [g for g in inv.gpus if g.address in wanted or g.driver == "gim"]
+
+
+def gim_config_text(pfs: Sequence[Gpu], desired: Desired) -> str:
+    """/etc/gim_config: only vf_num and memory_partition_mode (numbers), one value per GPU."""
+    by_addr = {t.address: t for t in desired.targets}
+    vf, mem = [], []
+    for gpu in pfs:
+        t = by_addr.get(gpu.address)
+        vf.append(str(t.vf_num if t else max(gpu.num_vfs or 0, 1)))
+        memory = (t.memory if t else None) or gpu.partition.memory or "NPS1"
+        mem.append(str(MemoryPartition(memory).gim_number))
+    return f"vf_num={','.join(vf)}\nmemory_partition_mode={','.join(mem)}\n"
+
+
+def _sriov_steps(desired: Desired, inv: Inventory, files, holders: Holders) -> list:
+    pfs = _gim_pfs(inv, desired)
+    steps: list = []
+    config = gim_config_text(pfs, desired)
+    modprobe = modprobe_text(desired)
+    steps += _file_step(files, GIM_CONFIG, config, "vf_num and memory partition per GPU, read by gim at load")
+    steps += _file_step(files, MODPROBE_CONF, modprobe, "keep amdgpu off the PFs; vfio-pci options")
+    steps += _file_step(files, MODULES_LOAD, "gim\nvfio-pci\n", "load gim and vfio-pci at boot")
+    reload = _needs_reload(desired, inv)
+    if reload:
+        every_vf = tuple(vf.address for g in inv.gpus for vf in g.vfs)
+        steps.append(ReloadGim(vf_num=tuple(int(v) for v in config.split("\n")[0][7:].split(",")),
+                               pfs=tuple(g.address for g in pfs),
+                               disruption=disruption_for(every_vf, holders, host_wide=True)))
+    for target in desired.targets:
+        gpu = inv.gpu(target.address)
+        if not reload and target.memory and gpu.partition.memory != target.memory:
+            steps.append(SetMemoryPartition(gpu.address, target.memory,
+                                            disruption_for(tuple(v.address for v in gpu.vfs), holders)))
+        if reload or any(vf.driver != VFIO for vf in gpu.vfs):
+            steps.append(BindVfs(gpu.address, target.vf_num))
+    return steps
+
+
+def _needs_reload(desired: Desired, inv: Inventory) -> bool:
+    gim = inv.facts.modules.get("gim")
+    if gim is None or not gim.loaded:
+        return True
+    for target in desired.targets:
+        gpu = inv.gpu(target.address)
+        if gpu.driver != "gim" or (gpu.num_vfs or 0) != target.vf_num or len(gpu.vfs) != target.vf_num:
+            return True
+        if target.compute and gpu.partition.compute and gpu.partition.compute != target.compute:
+            return True
+    return False
+
+
+def _passthrough_steps(desired: Desired, inv: Inventory, files, holders: Holders) -> list:
+    steps: list = []
+    steps += _file_step(files, MODPROBE_CONF, modprobe_text(desired), "keep amdgpu off the PFs; vfio-pci options")
+    steps += _file_step(files, MODULES_LOAD, "vfio-pci\n", "load vfio-pci at boot")
+    for target in desired.targets:
+        gpu = inv.gpu(target.address)
+        group = gpu.iommu_group.members if gpu.iommu_group else ()
+        functions = [(gpu.address, gpu.driver)] + [(m.address, m.driver) for m in group
+                                                   if m.address != gpu.address and not m.is_bridge]
+        for address, driver in functions:
+            if driver != VFIO:
+                steps.append(BindDevice(address, VFIO, previous=driver,
+                                        disruption=disruption_for((address,), holders) if driver else Disruption()))
+    return steps
+
+
+def modprobe_text(desired: Desired) -> str:
+    # disable_idle_d3=1: as AMD's GPU operator configures vfio-pci for Instinct GPUs.
+    return (f"# Written by vgpu for profile {desired.profile}. Changes are overwritten by `vgpu provision`.\n"
+            "blacklist amdgpu\n"
+            "options vfio-pci disable_idle_d3=1\n")
+
+
+def _persistence_steps(desired: Desired, files) -> list:
+    if files.get(STATE_RECORD) == desired.record and files.get(UNIT_PATH) == desired.unit \
+            and files.get(UNIT_LINK) is not None:
+        return []
+    return [InstallPersistence(profile=desired.profile, record=desired.record, unit=desired.unit)]
+
+
+def _file_step(files, path: str, content: str, why: str) -> list:
+    return [] if files.get(path) == content else [WriteFile(path, content, why=why)]
+
+
+def disruption_for(functions: tuple[PciAddress, ...], holders: Holders, host_wide: bool = False) -> Disruption:
+    vms: dict[str, None] = {}
+    procs: dict[str, None] = {}
+    for address in functions:
+        for h in holders.get(address, ()):
+            if h.startswith("VM "):
+                vms[h[3:]] = None
+            else:
+                procs[h] = None
+    return Disruption(functions=functions, vms=tuple(vms), processes=tuple(procs), host_wide=host_wide)

@@ -1,0 +1,187 @@
+"""Services behind plan / provision / status / release: discover, plan, apply, verify.
+
+The CLI calls these; they call the host boundary (vgpu/host), the hypervisor boundary
+(vgpu/hypervisor) and the pure planner. A provision reports success only after reading the host
+back and planning zero steps against the same profile.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from vgpu.catalog import Mode
+from vgpu.errors import InUseError, InputError, VgpuError
+from vgpu.host.discovery import discover
+from vgpu.host.executor import Executor, Outcome, StepHook, host_lock
+from vgpu.host.holders import function_holders
+from vgpu.host.steps import Context
+from vgpu.host.target import HostTarget
+from vgpu.model.inventory import Inventory
+from vgpu.model.plan import Plan
+from vgpu.persist import STATE_RECORD, UNIT_LINK, UNIT_PATH, state_record, unit_text
+from vgpu.planner import GIM_CONFIG, MODPROBE_CONF, MODULES_LOAD, Desired, Target, make_plan
+
+TRACKED_FILES = (GIM_CONFIG, MODPROBE_CONF, MODULES_LOAD, STATE_RECORD, UNIT_PATH, UNIT_LINK)
+
+
+def exec_start() -> str:
+    """How the boot unit calls vgpu: this interpreter, so a venv or pipx install keeps working."""
+    return f"{sys.executable} -m vgpu"
+
+
+def desired_state(profile, inv: Inventory) -> Desired:
+    """The profile resolved against this host's GPUs (selection raises RefusedError)."""
+    gpus = profile.select_gpus(inv.gpus)
+    spec = profile.gpu
+    targets = tuple(Target(g.address, vf_num=spec.vfs_per_gpu or 0,
+                           compute=spec.compute_partition.value if spec.compute_partition else None,
+                           memory=spec.memory_partition.value if spec.memory_partition else None) for g in gpus)
+    return Desired(profile=profile.name, model=spec.model, mode=spec.mode, targets=targets,
+                   record=state_record(profile.name, profile.to_dict()), unit=unit_text(exec_start()),
+                   warnings=tuple(profile.warnings()))
+
+
+def current_files(target: HostTarget) -> dict[str, str | None]:
+    return {p: target.files.read(p) for p in TRACKED_FILES}
+
+
+def vm_holders(target: HostTarget, inv: Inventory, warnings: list[str]) -> dict:
+    """{function: ["VM name", ...]} for running libvirt domains; a warning when libvirt is unreachable."""
+    addresses = [fn.address for g in inv.gpus for fn in (g, *g.vfs)]
+    try:
+        from vgpu.hypervisor import open_hypervisor
+        hv = open_hypervisor(sim_state=hypervisor_state(target)) if target.sim is not None else open_hypervisor()
+        found = hv.holders(addresses)
+    except ImportError:
+        return {}
+    except VgpuError as exc:
+        warnings.append(f"could not ask libvirt which VMs use the GPUs ({exc.message}); "
+                        "only processes holding /dev/vfio were checked")
+        return {}
+    return {addr: [f"VM {d.name}" for d in doms if d.state == "running"] for addr, doms in found.items()}
+
+
+def hypervisor_state(target: HostTarget):
+    return target.sim.root / "var" / "lib" / "libvirt-sim" if target.sim is not None else None
+
+
+@dataclass
+class PlanResult:
+    plan: Plan
+    inventory: Inventory
+    desired: Desired
+    holders: dict
+    warnings: list[str] = field(default_factory=list)
+
+
+def plan_profile(target: HostTarget, profile) -> PlanResult:
+    """Discover, resolve the profile, and plan. Raises Refusal (RefusedError) with every problem."""
+    inv = discover(target.paths)
+    warnings: list[str] = []
+    holders = function_holders(target.paths, inv, vm_holders(target, inv, warnings))
+    desired = desired_state(profile, inv)
+    plan = make_plan(desired, inv, current_files(target), holders)
+    return PlanResult(plan, inv, desired, holders, warnings)
+
+
+@dataclass
+class ProvisionResult:
+    plan: Plan
+    outcome: Outcome | None
+    recovered: list[str]
+    dry_run: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+
+Confirm = Callable[[Plan], bool]
+
+
+def provision(target: HostTarget, profile, *, dry_run: bool = False, force: bool = False,
+              confirm: Confirm | None = None, hook: StepHook | None = None, lock_timeout: float = 30.0,
+              vf_timeout: float = 60.0) -> ProvisionResult:
+    """Apply ``profile``: lock, recover a crashed run, plan, check holders, apply, verify, or roll back."""
+    kernel = None if dry_run else target.kernel
+    with host_lock(target.state_dir, lock_timeout):
+        executor = Executor(Context(target.paths, kernel, target.files, vf_timeout=vf_timeout),
+                            target.state_dir, hook) if not dry_run else None
+        recovered = executor.recover() if executor else []
+        result = plan_profile(target, profile)
+        plan = result.plan
+        if plan.in_sync or dry_run:
+            return ProvisionResult(plan, None, recovered, dry_run, result.warnings)
+        _check_holders(plan, force)
+        if confirm is not None and not confirm(plan):
+            raise VgpuError("not applied: the plan was not confirmed", hint="rerun with --yes to skip the question")
+        baseline = current_files(target)
+        outcome = executor.run(plan, baseline, verify=lambda: _verify(target, profile))
+    return ProvisionResult(plan, outcome, recovered, False, result.warnings)
+
+
+def _check_holders(plan: Plan, force: bool) -> None:
+    holders = plan.holders()
+    if holders and not force:
+        raise InUseError(f"the plan would take devices from {', '.join(holders)}",
+                         hint="stop or migrate them first; --force proceeds anyway and breaks them")
+
+
+def _verify(target: HostTarget, profile) -> None:
+    """Read the host back: success means planning again yields zero steps."""
+    again = plan_profile(target, profile).plan
+    if not again.in_sync:
+        pending = "; ".join(s.describe() for s in again.steps)
+        raise VgpuError(f"verification failed: after applying, the host still differs ({pending})")
+
+
+def recorded_profile(target: HostTarget):
+    """The profile `provision` recorded on this host, or None when nothing was provisioned."""
+    from vgpu.profiles import load_profile_text
+
+    text = target.files.read(STATE_RECORD)
+    if text is None:
+        return None
+    try:
+        spec = json.loads(text)["spec"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"/etc/{STATE_RECORD} is corrupt: {exc}",
+                         hint="run `vgpu provision --profile NAME` again to rewrite it") from exc
+    return load_profile_text(json.dumps(spec), source=f"/etc/{STATE_RECORD}")
+
+
+def is_sriov(profile) -> bool:
+    return profile.gpu.mode is Mode.SRIOV
+
+
+def release(target: HostTarget, *, dry_run: bool = False, force: bool = False, confirm: Confirm | None = None,
+            lock_timeout: float = 30.0, vf_timeout: float = 60.0) -> ProvisionResult:
+    """Take the host back to its default state, with the same safety as provision."""
+    from vgpu.release import make_release_plan
+
+    kernel = None if dry_run else target.kernel
+    with host_lock(target.state_dir, lock_timeout):
+        executor = None if dry_run else Executor(Context(target.paths, kernel, target.files, vf_timeout=vf_timeout),
+                                                 target.state_dir)
+        recovered = executor.recover() if executor else []
+        inv = discover(target.paths)
+        warnings: list[str] = []
+        holders = function_holders(target.paths, inv, vm_holders(target, inv, warnings))
+        plan = make_release_plan(inv, current_files(target), holders)
+        if plan.in_sync or dry_run:
+            return ProvisionResult(plan, None, recovered, dry_run, warnings)
+        _check_holders(plan, force)
+        if confirm is not None and not confirm(plan):
+            raise VgpuError("not released: the plan was not confirmed", hint="rerun with --yes")
+        outcome = executor.run(plan, current_files(target), verify=lambda: _verify_released(target))
+    return ProvisionResult(plan, outcome, recovered, False, warnings)
+
+
+def _verify_released(target: HostTarget) -> None:
+    from vgpu.release import make_release_plan
+
+    inv = discover(target.paths)
+    again = make_release_plan(inv, current_files(target), {})
+    if not again.in_sync:
+        raise VgpuError("verification failed: after release the host still has "
+                        + "; ".join(s.describe() for s in again.steps))

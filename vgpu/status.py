@@ -1,0 +1,55 @@
+"""Status: the recorded profile compared with the host, item by item (pure).
+
+An SRE must be able to trust it, so every item is read from the host as discovered now, never
+from what vgpu believes it did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from vgpu.catalog import Mode
+from vgpu.model.inventory import Inventory
+from vgpu.persist import STATE_RECORD, UNIT_LINK, UNIT_PATH
+from vgpu.planner import VFIO, Desired, check
+
+
+@dataclass(frozen=True)
+class Item:
+    subject: str
+    what: str
+    expected: str
+    actual: str
+
+    @property
+    def ok(self) -> bool:
+        return self.expected == self.actual
+
+
+def status_items(desired: Desired, inv: Inventory, files: Mapping[str, str | None]) -> list[Item]:
+    items = [Item(p.subject, "capability", "applicable", p.message) for p in check(desired, inv)]
+    for target in desired.targets:
+        gpu = inv.gpu(target.address)
+        if gpu is None:
+            items.append(Item(str(target.address), "present", "yes", "no"))
+            continue
+        s = str(gpu.address)
+        if desired.mode is Mode.SRIOV:
+            items.append(Item(s, "driver", "gim", gpu.driver or "none"))
+            items.append(Item(s, "VFs", str(target.vf_num), str(len(gpu.vfs))))
+            if target.compute:
+                items.append(Item(s, "compute partition", target.compute, gpu.partition.compute or "unknown"))
+            if target.memory:
+                items.append(Item(s, "memory partition", target.memory, gpu.partition.memory or "unknown"))
+            items += [Item(str(vf.address), "driver", VFIO, vf.driver or "none") for vf in gpu.vfs]
+        else:
+            items.append(Item(s, "driver", VFIO, gpu.driver or "none"))
+            members = gpu.iommu_group.others(gpu.address) if gpu.iommu_group else ()
+            items += [Item(str(m.address), "driver (same IOMMU group)", VFIO, m.driver or "none")
+                      for m in members if not m.is_bridge]
+    present = "present" if files.get(UNIT_PATH) == desired.unit and files.get(UNIT_LINK) else "missing"
+    items.append(Item("host", "boot persistence", "present", present))
+    recorded = "recorded" if files.get(STATE_RECORD) is not None else "missing"
+    items.append(Item("host", "state record", "recorded", recorded))
+    return items
