@@ -1,0 +1,224 @@
+"""`vgpu validate` (run the guest agent on many guests) and `vgpu report` (re-render or merge reports).
+
+Exit codes (docs/exit-codes.md): 0 every guest passed; 1 a check failed or an agent broke;
+9 a guest was unreachable, refused us, timed out or had an untrusted host key; 5 bad input.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+import click
+
+from vgpu.errors import InputError
+
+DEFAULT_SIM_GUESTS = 4
+
+
+@click.command()
+@click.option("--guests", "guests", metavar="FILE|N",
+              help="Guests file (YAML, docs/validate.md); with --simulate: how many simulated guests [4].")
+@click.option("--inventory", type=click.Path(path_type=Path), help="Ansible inventory (INI or YAML).")
+@click.option("--limit", metavar="GROUPS|HOSTS", help="With --inventory: comma-separated groups or hosts.")
+@click.option("--profile", help="Profile for guests that name neither a profile nor an expect block.")
+@click.option("--report-dir", required=True, type=click.Path(path_type=Path),
+              help="Where to write validation-report.{json,junit.xml,html}.")
+@click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, 512),
+              help="Guests validated at the same time.")
+@click.option("--timeout", default=900.0, show_default=True, type=click.FloatRange(min=1),
+              help="Seconds one agent run may take on a guest.")
+@click.option("--connect-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds for TCP connect and the SSH greeting (authentication gets twice this).")
+@click.option("--known-hosts", type=click.Path(path_type=Path), default=Path("~/.ssh/known_hosts"),
+              show_default=True, help="known_hosts file for strict host-key checking.")
+@click.option("--accept-new-host-keys", is_flag=True,
+              help="Trust and record keys of hosts missing from known_hosts (a changed key is still refused).")
+@click.option("--identity", type=click.Path(path_type=Path),
+              help="SSH private key for guests that name none (default: ssh-agent, then ~/.ssh keys).")
+@click.option("--user", help="SSH user for guests that name none (default: the local user).")
+@click.option("--simulate", is_flag=True, help="Validate simulated guests on this machine (no SSH, no GPU).")
+@click.option("--replay-dir", type=click.Path(path_type=Path), help="With --simulate: captured tool outputs.")
+@click.option("--scenario", "scenarios", default="healthy", show_default=True, metavar="NAME[,NAME...]",
+              help="With --simulate: scenarios given to the simulated guests in turn.")
+@click.option("--skip-workloads", is_flag=True, help="Run only the inventory checks, not HIP/FP8 workloads.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary table.")
+@click.pass_context
+def validate(ctx: click.Context, guests, inventory, limit, profile, report_dir, concurrency, timeout,
+             connect_timeout, known_hosts, accept_new_host_keys, identity, user, simulate, replay_dir,
+             scenarios, skip_workloads, quiet) -> None:
+    """Run the vgpu agent on guests over SSH (or on simulated guests) and write the reports."""
+    from vgpu.guest.bundle import build_agent
+    from vgpu.guest.fanout import run_fanout
+    from vgpu.guest.report import write_all
+    from vgpu.guest.transport import Timeouts
+
+    timeouts = Timeouts(connect=connect_timeout, auth=2 * connect_timeout, run=timeout)
+    with tempfile.TemporaryDirectory(prefix="vgpu-validate-") as tmp:
+        if simulate:
+            jobs, transport = _simulated(guests, inventory, profile, replay_dir, scenarios, skip_workloads,
+                                         Path(tmp))
+        else:
+            jobs, transport = _remote(guests, inventory, limit, profile, known_hosts, accept_new_host_keys,
+                                      identity, user, skip_workloads)
+        agent = build_agent(Path(tmp) / "agent")
+        with _Progress(len(jobs), quiet) as progress:
+            report = run_fanout(jobs, transport, agent, concurrency=concurrency, timeouts=timeouts,
+                                on_start=progress.start, on_done=progress.done)
+    paths = write_all(report, report_dir)
+    if not quiet:
+        _summary(report, paths)
+    ctx.exit(report.exit_code)
+
+
+def _remote(guests, inventory, limit, profile, known_hosts, accept_new, identity, user, skip_workloads):
+    from dataclasses import replace
+
+    from vgpu.guest.fanout import job_for
+    from vgpu.guest.transport import KnownHosts, SshTransport
+
+    if bool(guests) == bool(inventory):
+        raise InputError("give exactly one of --guests FILE or --inventory FILE (or use --simulate)")
+    if limit and not inventory:
+        raise InputError("--limit applies to --inventory only")
+    targets = _read_targets(Path(guests) if guests else None, inventory, limit)
+    if identity is not None:
+        identity = identity.expanduser()
+        if not identity.is_file():
+            raise InputError(f"identity file {identity} does not exist",
+                             hint="give an SSH private key, or omit --identity to use ssh-agent")
+    targets = [replace(t, endpoint=replace(t.endpoint, identity=t.endpoint.identity or identity,
+                                           user=t.endpoint.user or user),
+                       skip_workloads=t.skip_workloads or skip_workloads) for t in targets]
+    jobs = [job_for(t, default_profile=profile) for t in targets]
+    kh = known_hosts.expanduser()
+    if kh.exists() and not kh.is_file():
+        raise InputError(f"--known-hosts {kh} is not a file")
+    return jobs, SshTransport(KnownHosts(kh, accept_new=accept_new))
+
+
+def _read_targets(guests: Path | None, inventory: Path | None, limit: str | None):
+    from vgpu.guest.targets import parse_ansible_inventory, parse_guests_file
+
+    path = guests or inventory
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    base = path.resolve().parent
+    if guests:
+        return parse_guests_file(text, source=str(path), base_dir=base)
+    return parse_ansible_inventory(text, source=str(path), base_dir=base, limit=limit)
+
+
+def _simulated(count, inventory, profile, replay_dir, scenarios, skip_workloads, tmp: Path):
+    from vgpu.guest.fanout import Job, build_for
+    from vgpu.guest.targets import ExpectSpec
+    from vgpu.guest.transport import LocalTransport
+    from vgpu.sim.guests import SCENARIOS, SIM_TARGET, sim_guest_env
+
+    if inventory:
+        raise InputError("--simulate builds its own guests: drop --inventory")
+    try:
+        n = DEFAULT_SIM_GUESTS if count is None else int(count)
+    except ValueError:
+        raise InputError(f"with --simulate, --guests takes a number of guests, not {count!r}") from None
+    if not 1 <= n <= 1024:
+        raise InputError(f"--guests {n}: simulate between 1 and 1024 guests")
+    if replay_dir is not None and not replay_dir.is_dir():
+        raise InputError(f"--replay-dir {replay_dir} is not a directory")
+    names = [s.strip() for s in scenarios.split(",") if s.strip()]
+    unknown = [s for s in names if s not in SCENARIOS]
+    if unknown or not names:
+        raise InputError(f"unknown scenario {', '.join(unknown) or scenarios!r}; known: {', '.join(SCENARIOS)}")
+    spec = None if profile else ExpectSpec(**SIM_TARGET)
+    jobs = []
+    for i in range(n):
+        name, scenario = f"sim-{i + 1:02d}", names[i % len(names)]
+        expectation, summary = build_for(name, spec, profile, skip_workloads=skip_workloads)
+        env = sim_guest_env(tmp / name, replay_dir=replay_dir, scenario=scenario)
+        jobs.append(Job(name=name, address=f"local:{scenario}", endpoint=None, expectation=expectation,
+                        summary=summary, env=env, skip_workloads=skip_workloads))
+    return jobs, LocalTransport(base=tmp)
+
+
+class _Progress:
+    """A rich progress bar on stderr; silent when stderr is not a terminal or with --quiet."""
+
+    def __init__(self, total: int, quiet: bool):
+        self.enabled = not quiet and sys.stderr.isatty()
+        self.total = total
+        self._bar = None
+
+    def __enter__(self) -> "_Progress":
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(TextColumn("validating"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("{task.description}"), TimeElapsedColumn(),
+                                 console=Console(stderr=True), transient=True)
+            self._bar.start()
+            self._task = self._bar.add_task("", total=self.total)
+        return self
+
+    def start(self, job) -> None:  # noqa: ANN001
+        pass
+
+    def done(self, guest) -> None:  # noqa: ANN001
+        if self._bar is not None:
+            self._bar.update(self._task, advance=1, description=f"{guest.name}: {guest.verdict}")
+
+    def __exit__(self, *exc) -> None:  # noqa: ANN002
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def _summary(report, paths: dict[str, Path]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    styles = {"pass": "green", "fail": "red", "error": "yellow"}
+    table = Table(title="vgpu validate")
+    for col in ("guest", "verdict", "outcome", "p/f/s/e", "s"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("detail")
+    for g in report.guests:
+        counts = "/".join(str(sum(c.status == s for c in g.checks)) for s in ("pass", "fail", "skip", "error"))
+        failed = [c.name for c in g.checks if c.status in ("fail", "error")]
+        more = f" (+{len(failed) - 3})" if len(failed) > 3 else ""
+        detail = g.detail or (", ".join(failed[:3]) + more)
+        table.add_row(g.name, f"[{styles[g.verdict]}]{g.verdict}[/]", g.outcome.value, counts,
+                      f"{g.seconds:.1f}", detail)
+    out = Console()
+    out.print(table, markup=True)
+    for kind, path in paths.items():
+        out.print(f"{kind} report: {path}", highlight=False)
+
+
+@click.command()
+@click.option("--from", "sources", required=True, multiple=True, type=click.Path(path_type=Path),
+              help="A report JSON or a report directory; repeat to merge.")
+@click.option("--report-dir", required=True, type=click.Path(path_type=Path),
+              help="Where to write validation-report.{json,junit.xml,html}.")
+@click.option("--quiet", "-q", is_flag=True)
+@click.pass_context
+def report(ctx: click.Context, sources: tuple[Path, ...], report_dir: Path, quiet: bool) -> None:
+    """Re-render one report, or merge several (a guest in several keeps its newest result)."""
+    from vgpu import __version__
+    from vgpu.guest.report import json as json_report
+    from vgpu.guest.report import write_all
+    from vgpu.guest.report.model import merge
+
+    loaded = [json_report.load(p) for p in sources]
+    if len(loaded) == 1:
+        merged = loaded[0]
+    else:
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        merged = merge(loaded, generated=now, vgpu_version=__version__)
+    paths = write_all(merged, report_dir)
+    if not quiet:
+        _summary(merged, paths)
+    ctx.exit(merged.exit_code)

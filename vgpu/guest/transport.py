@@ -1,0 +1,330 @@
+"""How the fan-out reaches a guest: a local subprocess (simulated guests) or SSH (paramiko).
+
+Both give a ``Session`` with the same five operations, so the fan-out never knows which one it
+drives. Failures to reach or trust a guest raise ``TransportFailure`` carrying the typed
+``Outcome``; the fan-out turns it into that guest's result instead of stopping the others.
+
+SSH host keys are checked strictly against known_hosts (paramiko ``RejectPolicy`` semantics):
+an unknown key is refused with the fingerprint and how to add it; a changed key is refused
+loudly; a new key is accepted and recorded only when the caller asked for it
+(``accept_new=True``, like OpenSSH's ``StrictHostKeyChecking=accept-new``).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import select
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import paramiko
+
+from vgpu.guest.report.model import Outcome
+
+OUTPUT_LIMIT = 8 * 1024 * 1024  # bytes of stdout kept from one agent run; a guest can print garbage forever
+
+
+class TransportFailure(Exception):
+    """The guest could not be reached, trusted, or did not answer in time."""
+
+    def __init__(self, outcome: Outcome, detail: str):
+        super().__init__(detail)
+        self.outcome = outcome
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class RunResult:
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where and as whom to connect. ``identity`` None means: ssh-agent or the default keys."""
+
+    host: str
+    port: int = 22
+    user: str | None = None
+    identity: Path | None = None
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect: float = 10.0  # TCP connect and SSH banner
+    auth: float = 20.0
+    run: float = 900.0  # the whole agent run (HIP compile and GEMMs included)
+
+
+class Session(Protocol):
+    def make_private_dir(self) -> str: ...
+    def upload(self, local: Path, remote: str) -> None: ...
+    def run(self, argv: list[str], *, env: dict[str, str], timeout: float) -> RunResult: ...
+    def remove_dir(self, path: str) -> None: ...
+    def close(self) -> None: ...
+
+
+# ---------------------------------------------------------------- local
+
+
+class LocalSession:
+    """A "guest" that is this machine: used for simulated guests and the demo."""
+
+    def __init__(self, base: Path | None = None):
+        self._base = base
+
+    def make_private_dir(self) -> str:
+        return tempfile.mkdtemp(prefix="vgpu-agent-", dir=self._base)  # mkdtemp creates it 0700
+
+    def upload(self, local: Path, remote: str) -> None:
+        shutil.copyfile(local, remote)
+        os.chmod(remote, 0o600)
+
+    def run(self, argv: list[str], *, env: dict[str, str], timeout: float) -> RunResult:
+        argv = [sys.executable if argv[0] == "python3" else argv[0], *argv[1:]]
+        try:
+            p = subprocess.run(argv, env={**os.environ, **env}, capture_output=True, timeout=timeout,
+                               check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise TransportFailure(Outcome.TIMEOUT, f"agent did not finish within {timeout:g} s") from exc
+        return RunResult(p.returncode, p.stdout[:OUTPUT_LIMIT], p.stderr[-OUTPUT_LIMIT:])
+
+    def remove_dir(self, path: str) -> None:
+        shutil.rmtree(path, ignore_errors=True)
+
+    def close(self) -> None:
+        pass
+
+
+class LocalTransport:
+    def __init__(self, base: Path | None = None):
+        self.base = base
+
+    def open(self, endpoint: Endpoint | None, timeouts: Timeouts) -> LocalSession:
+        return LocalSession(self.base)
+
+
+# ---------------------------------------------------------------- known_hosts
+
+
+class _UnknownHostKey(paramiko.SSHException):
+    def __init__(self, hostname: str, key: paramiko.PKey):
+        super().__init__(hostname)
+        self.hostname = hostname
+        self.key = key
+
+
+class KnownHosts:
+    """One known_hosts file shared by all connections of a run; appends are atomic and serialised."""
+
+    def __init__(self, path: Path, *, accept_new: bool = False):
+        self.path = path
+        self.accept_new = accept_new
+        self._lock = threading.Lock()
+        self.added: list[str] = []
+
+    def install(self, client: paramiko.SSHClient) -> None:
+        with self._lock:
+            if self.path.exists():
+                client.get_host_keys().load(str(self.path))
+        client.set_missing_host_key_policy(_Policy(self))
+
+    def record(self, hostname: str, key: paramiko.PKey) -> None:
+        """Append ``hostname key`` to the file: write a temp copy, fsync, os.replace (0600)."""
+        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+        with self._lock:
+            old = self.path.read_text() if self.path.exists() else ""
+            if old and not old.endswith("\n"):
+                old += "\n"
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd, tmp = tempfile.mkstemp(prefix=".known_hosts.", dir=self.path.parent)
+            try:
+                with os.fdopen(fd, "w") as f:
+                    f.write(old + line)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.chmod(tmp, 0o600)
+                os.replace(tmp, self.path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+            self.added.append(hostname)
+
+
+class _Policy(paramiko.MissingHostKeyPolicy):
+    def __init__(self, known: KnownHosts):
+        self.known = known
+
+    def missing_host_key(self, client, hostname, key):  # noqa: ANN001 (paramiko's signature)
+        if not self.known.accept_new:
+            raise _UnknownHostKey(hostname, key)
+        self.known.record(hostname, key)
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    return key.fingerprint  # "SHA256:..." as ssh-keygen -l prints it
+
+
+# ---------------------------------------------------------------- ssh
+
+
+@dataclass
+class SshTransport:
+    known_hosts: KnownHosts
+    default_user: str | None = None
+
+    def open(self, endpoint: Endpoint, timeouts: Timeouts) -> "SshSession":
+        client = paramiko.SSHClient()
+        self.known_hosts.install(client)
+        user = endpoint.user or self.default_user or _local_user()
+        where = f"{user}@{endpoint.host}:{endpoint.port}"
+        sock = _connect_socket(endpoint, timeouts.connect)
+        try:
+            client.connect(endpoint.host, port=endpoint.port, username=user, sock=sock,
+                           key_filename=str(endpoint.identity) if endpoint.identity else None,
+                           allow_agent=endpoint.identity is None, look_for_keys=endpoint.identity is None,
+                           timeout=timeouts.connect, banner_timeout=timeouts.connect,
+                           auth_timeout=timeouts.auth, channel_timeout=timeouts.connect)
+        except Exception as exc:
+            client.close()
+            sock.close()
+            raise _classify(exc, where, self.known_hosts, timeouts) from exc
+        return SshSession(client, where, timeouts)
+
+
+def _local_user() -> str:
+    import getpass
+
+    return getpass.getuser()
+
+
+def _connect_socket(endpoint: Endpoint, timeout: float) -> socket.socket:
+    where = f"{endpoint.host}:{endpoint.port}"
+    try:
+        return socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
+    except (TimeoutError, socket.timeout) as exc:
+        raise TransportFailure(Outcome.UNREACHABLE, f"{where}: no TCP answer within {timeout:g} s") from exc
+    except OSError as exc:  # refused, no route, unknown name
+        raise TransportFailure(Outcome.UNREACHABLE, f"{where}: {exc.strerror or exc}") from exc
+
+
+def _classify(exc: Exception, where: str, known: KnownHosts, timeouts: Timeouts) -> TransportFailure:
+    """Map paramiko's exceptions to one typed outcome with an operator-facing sentence."""
+    if isinstance(exc, _UnknownHostKey):
+        return TransportFailure(Outcome.HOST_KEY_REFUSED, (
+            f"{where}: host key {exc.key.get_name()} {fingerprint(exc.key)} for {exc.hostname} is not in "
+            f"{known.path}; verify it out of band, then add it with `ssh-keyscan -p PORT HOST >> "
+            f"{known.path}` or rerun with --accept-new-host-keys"))
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return TransportFailure(Outcome.HOST_KEY_REFUSED, (
+            f"{where}: HOST KEY MISMATCH: the server offered {fingerprint(exc.key)} but {known.path} "
+            f"records {fingerprint(exc.expected_key)}; someone may be intercepting the connection, or the "
+            f"guest was reinstalled (then remove the old line with `ssh-keygen -R HOST -f {known.path}`)"))
+    if isinstance(exc, paramiko.PasswordRequiredException):
+        return TransportFailure(Outcome.AUTH_FAILED,
+                                f"{where}: the private key is encrypted; load it into ssh-agent instead")
+    if isinstance(exc, paramiko.AuthenticationException):
+        if "timeout" in str(exc).lower():
+            return TransportFailure(Outcome.TIMEOUT, f"{where}: authentication took over {timeouts.auth:g} s")
+        return TransportFailure(Outcome.AUTH_FAILED, f"{where}: authentication refused ({exc})")
+    if isinstance(exc, (TimeoutError, socket.timeout, EOFError)) or "banner" in str(exc).lower():
+        return TransportFailure(Outcome.TIMEOUT,
+                                f"{where}: no SSH greeting within {timeouts.connect:g} s ({type(exc).__name__})")
+    if isinstance(exc, OSError):
+        return TransportFailure(Outcome.UNREACHABLE, f"{where}: {exc.strerror or exc}")
+    return TransportFailure(Outcome.UNREACHABLE, f"{where}: SSH handshake failed ({exc})")
+
+
+class SshSession:
+    def __init__(self, client: paramiko.SSHClient, where: str, timeouts: Timeouts):
+        self._client = client
+        self._where = where
+        self._timeouts = timeouts
+        self._sftp: paramiko.SFTPClient | None = None
+
+    def _sftp_client(self) -> paramiko.SFTPClient:
+        if self._sftp is None:
+            self._sftp = self._client.open_sftp()
+            self._sftp.get_channel().settimeout(self._timeouts.connect + self._timeouts.auth)
+        return self._sftp
+
+    def make_private_dir(self) -> str:
+        """A fresh random directory under /tmp, created 0700 (mkdir fails if the name exists)."""
+        path = f"/tmp/vgpu-agent-{secrets.token_hex(8)}"
+        sftp = self._guard(self._sftp_client)
+        self._guard(lambda: sftp.mkdir(path, 0o700))
+        self._guard(lambda: sftp.chmod(path, 0o700))  # the remote umask cannot widen it, but be explicit
+        return path
+
+    def upload(self, local: Path, remote: str) -> None:
+        sftp = self._sftp_client()
+        self._guard(lambda: sftp.put(str(local), remote))
+        self._guard(lambda: sftp.chmod(remote, 0o600))
+
+    def run(self, argv: list[str], *, env: dict[str, str], timeout: float) -> RunResult:
+        """Run ``argv`` (quoted with shlex.join, never a string built from input) under a deadline.
+
+        The environment goes through ``env K=V ...`` because sshd drops SetEnv requests unless
+        configured with AcceptEnv. coreutils ``timeout`` stops the agent on the guest too.
+        """
+        words = ["timeout", "-k", "5", f"{timeout:g}"]
+        if env:
+            words += ["env", *(f"{k}={v}" for k, v in sorted(env.items()))]
+        command = shlex.join(words + argv)
+        chan = self._guard(lambda: self._client.get_transport().open_session(timeout=self._timeouts.connect))
+        chan.exec_command(command)
+        return _collect(chan, timeout + 2.0, self._where)
+
+    def remove_dir(self, path: str) -> None:
+        try:
+            chan = self._client.get_transport().open_session(timeout=self._timeouts.connect)
+            chan.exec_command(shlex.join(["rm", "-rf", "--", path]))
+            _collect(chan, self._timeouts.connect, self._where)
+        except (TransportFailure, paramiko.SSHException, OSError, AttributeError):
+            pass  # best effort: the run's result matters more than its litter
+
+    def close(self) -> None:
+        if self._sftp is not None:
+            self._sftp.close()
+        self._client.close()
+
+    def _guard(self, fn):  # noqa: ANN001, ANN202
+        try:
+            return fn()
+        except (socket.timeout, TimeoutError) as exc:
+            raise TransportFailure(Outcome.TIMEOUT, f"{self._where}: the guest stopped answering") from exc
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise TransportFailure(Outcome.AGENT_ERROR, f"{self._where}: {type(exc).__name__}: {exc}") from exc
+
+
+def _collect(chan: paramiko.Channel, timeout: float, where: str) -> RunResult:
+    """Read stdout and stderr until the command exits or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    out, err = bytearray(), bytearray()
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TransportFailure(Outcome.TIMEOUT, f"{where}: agent did not finish within {timeout - 2:g} s")
+            select.select([chan], [], [], min(left, 1.0))
+            while chan.recv_ready():
+                chunk = chan.recv(65536)
+                if len(out) < OUTPUT_LIMIT:
+                    out += chunk
+            while chan.recv_stderr_ready():
+                err = (err + chan.recv_stderr(65536))[-65536:]
+            if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                return RunResult(chan.recv_exit_status(), bytes(out[:OUTPUT_LIMIT]), bytes(err))
+    finally:
+        chan.close()
