@@ -1,0 +1,121 @@
+"""The zipapp: deterministic, stdlib only, runnable with ``python3 -S`` (and Python 3.8), clean exit codes."""
+
+from __future__ import annotations
+
+import ast
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import vgpu
+from vgpu.guest import agent as agent_pkg
+from vgpu.guest.bundle import AGENT_NAME, build_agent
+from vgpu.guest.expect import build_expectation
+from vgpu.sim.guests import SIM_TARGET, sim_guest_env
+
+AGENT_DIR = Path(agent_pkg.__file__).resolve().parent
+
+
+def _python38() -> str | None:
+    found = shutil.which("python3.8")
+    if found and subprocess.run([found, "-c", "pass"], capture_output=True).returncode == 0:
+        return found
+    pyenv = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3")))
+    return pyenv[0] if pyenv else None
+
+
+@pytest.fixture()
+def expect_file(tmp_path) -> Path:
+    path = tmp_path / "expect.json"
+    path.write_text(json.dumps(build_expectation(**SIM_TARGET)))
+    return path
+
+
+def test_build_is_byte_for_byte_deterministic(tmp_path):
+    a = build_agent(tmp_path / "a").read_bytes()
+    b = build_agent(tmp_path / "b").read_bytes()
+    assert a == b
+    assert a.startswith(b"#!/usr/bin/env python3\n")
+
+
+def test_bundle_holds_the_agent_parsers_and_hip_source_but_not_the_host_package(tmp_path):
+    path = build_agent(tmp_path)
+    assert path.name == AGENT_NAME and os.access(path, os.X_OK)
+    names = zipfile.ZipFile(path).namelist()
+    assert "__main__.py" in names and "vgpu/guest/agent/hip/vgpu_checks.hip" in names
+    assert "vgpu/guest/agent/parsers/rocminfo.py" in names and "vgpu/guest/agent/fp8ref.py" in names
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    assert not [n for n in names if n.startswith("vgpu/") and not n.startswith(("vgpu/guest/agent/", "vgpu/__init__",
+                                                                                "vgpu/guest/__init__"))]
+
+
+def test_agent_imports_only_the_standard_library_and_itself():
+    allowed = set(sys.stdlib_module_names) | {"vgpu", "torch"}  # torch only inside fp8_torch's guarded import
+    for path in AGENT_DIR.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                mods = [node.module or ""]
+            else:
+                continue
+            for mod in mods:
+                assert mod.split(".")[0] in allowed, f"{path.name} imports {mod}"
+                if mod.startswith("vgpu"):
+                    assert mod.startswith("vgpu.guest.agent"), f"{path.name} imports {mod}"
+
+
+def test_agent_version_follows_the_package_version():
+    assert agent_pkg.__version__ == vgpu.__version__
+
+
+def test_bundle_runs_with_python_s_from_a_temp_dir_and_prints_one_json(tmp_path, expect_file):
+    agent = build_agent(tmp_path / "dist")
+    env = sim_guest_env(tmp_path / "guest", scenario="healthy")
+    proc = subprocess.run(["python3", "-S", str(agent), "--expect", str(expect_file), "--skip-workloads"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)  # exactly one document: json.loads refuses trailing data
+    assert doc["schema"] == "vgpu.agent-result/v1" and doc["agent_version"] == vgpu.__version__
+
+
+@pytest.mark.skipif(_python38() is None, reason="no Python 3.8 interpreter here (pyenv 3.8 or python3.8)")
+def test_bundle_runs_under_python_3_8(tmp_path, expect_file):
+    agent = build_agent(tmp_path / "dist")
+    env = sim_guest_env(tmp_path / "guest", scenario="healthy")
+    proc = subprocess.run([_python38(), "-S", str(agent), "--expect", str(expect_file)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    statuses = {c["name"]: c["status"] for c in json.loads(proc.stdout)["checks"]}
+    assert set(statuses.values()) == {"pass"}, statuses
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "cannot read expectation"),
+    ("{not json", "is not JSON"),
+    ('{"schema": "other/v1"}', "has schema 'other/v1'"),
+    ('{"schema": "vgpu.agent-expect/v1", "model": "MI300X"}', "lacks arch"),
+])
+def test_bad_expectation_exits_2_with_one_line_and_no_stdout(tmp_path, content, message):
+    agent = build_agent(tmp_path)
+    expect = tmp_path / "e.json"
+    if content is not None:
+        expect.write_text(content)
+    proc = subprocess.run([sys.executable, "-S", str(agent), "--expect", str(expect)],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_option_exits_2(tmp_path):
+    proc = subprocess.run([sys.executable, str(build_agent(tmp_path)), "--bogus"],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and proc.stdout == ""

@@ -1,0 +1,191 @@
+"""Single agent checks, run in-process against simulated guests and small hand-built roots."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from vgpu.guest.agent import gpu_checks, system_checks, workloads
+from vgpu.guest.agent.base import Context, against, run_check
+from vgpu.guest.agent.guest import Guest
+from vgpu.guest.agent.main import archive_root
+from vgpu.guest.expect import build_expectation
+from vgpu.sim.guests import REPLAY_ROOT, SIM_TARGET, sim_guest_env
+
+
+def context(tmp_path: Path, scenario: str = "healthy", replay: Path | None = None, **expect_kw) -> Context:
+    env = dict(os.environ)
+    env.update(sim_guest_env(tmp_path / "guest", scenario=scenario, replay_dir=replay))
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    expect = build_expectation(**{**SIM_TARGET, **expect_kw})
+    return Context(Guest(env=env), expect, str(work), archive_root())
+
+
+def replay_copy(tmp_path: Path, scenario: str = "healthy") -> Path:
+    dest = tmp_path / "replay"
+    shutil.copytree(REPLAY_ROOT / scenario, dest)
+    return dest
+
+
+def test_tool_run_is_killed_at_its_timeout(tmp_path):
+    start = time.monotonic()
+    run = Guest(root=str(tmp_path)).run(["sleep", "30"], timeout=0.3)
+    assert run.timed_out and not run.ok and time.monotonic() - start < 5
+    assert "timed out after" in run.why()
+
+
+def test_missing_tool_and_failing_tool_say_why(tmp_path):
+    guest = Guest(root=str(tmp_path), env={"PATH": str(tmp_path)})
+    assert guest.run(["rocminfo"], timeout=5).why() == "rocminfo not found on PATH or in /opt/rocm/bin"
+    failing = Guest(root=str(tmp_path)).run(["sh", "-c", "echo boom >&2; exit 3"], timeout=5)
+    assert failing.why() == "sh -c echo boom >&2; exit 3 exited with 3: boom"
+
+
+def test_tools_are_also_found_in_the_guest_opt_rocm_bin(tmp_path):
+    tool = tmp_path / "opt" / "rocm" / "bin" / "rocminfo"
+    tool.parent.mkdir(parents=True)
+    tool.write_text("#!/bin/sh\necho hi\n")
+    tool.chmod(0o755)
+    run = Guest(root=str(tmp_path), env={"PATH": "/usr/bin:/bin"}).run(["rocminfo"], timeout=5)
+    assert run.ok and run.stdout == "hi\n"
+
+
+@pytest.mark.parametrize("found, wanted, ok", [
+    ("7.0.2-56", "7.0", True), ("7.0.0", "7.0", True), ("7.0.2", "7.0.2", True),
+    ("7.10.0", "7.1", False), ("6.4.3-127", "7.0", False), ("7.2.4", "7.0", False),
+])
+def test_rocm_version_matching(found, wanted, ok):
+    assert system_checks.rocm_version_matches(found, wanted) is ok
+
+
+def test_threshold_without_figure_reports_measurement_without_judgement():
+    thr = build_expectation("MI355X", compute="SPX", memory="NPS1", is_vf=True)["thresholds"]["fp8_tflops"]
+    r = against("fp8.hipblaslt", 1900.04, thr)
+    assert r.status == "skip" and r.measured == 1900.0 and r.expected is None
+    assert "no AMD reference figure for MI355X" in r.detail
+
+
+def test_a_crashing_check_becomes_an_error_result(tmp_path):
+    def check_boom(ctx):
+        raise KeyError("thresholds")
+
+    [r] = run_check(check_boom, context(tmp_path))
+    assert r.status == "error" and r.name == "check_boom" and "agent bug: KeyError" in r.detail
+
+
+def test_pf_found_where_a_vf_is_expected_fails_and_names_it(tmp_path):
+    replay = replay_copy(tmp_path)
+    guest = json.loads((replay / "guest.json").read_text())
+    guest["pci"][0]["device"] = "0x74a1"
+    (replay / "guest.json").write_text(json.dumps(guest))
+    [r] = system_checks.check_pci_function(context(tmp_path, replay=replay))
+    assert r.status == "fail" and r.measured == "0000:09:00.0 [1002:74a1]" and r.expected == "1002:74b5"
+
+
+def test_function_bound_to_another_driver_fails_amdgpu_check(tmp_path):
+    replay = replay_copy(tmp_path)
+    guest = json.loads((replay / "guest.json").read_text())
+    guest["pci"][0]["driver"] = "vfio-pci"
+    (replay / "guest.json").write_text(json.dumps(guest))
+    ctx = context(tmp_path, replay=replay)
+    system_checks.check_pci_function(ctx)
+    [r] = system_checks.check_amdgpu(ctx)
+    assert r.status == "fail" and "0000:09:00.0 is bound to vfio-pci" in r.detail
+
+
+def test_dkms_module_built_for_another_kernel_fails(tmp_path):
+    replay = replay_copy(tmp_path)
+    (replay / "dkms_status").write_text("amdgpu/6.16.13-2238411.24.04, 6.8.0-31-generic, x86_64: installed\n")
+    [r] = system_checks.check_dkms(context(tmp_path, replay=replay))
+    assert r.status == "fail" and "running 6.8.0-79-generic" in r.detail
+
+
+def test_rocm_6_4_on_the_guest_fails_the_version_check(tmp_path):
+    ctx = context(tmp_path)
+    (ctx.guest.path("/opt/rocm/.info/version")).write_text("6.4.3-127\n")
+    [r] = system_checks.check_rocm_version(ctx)
+    assert r.status == "fail" and r.measured == "6.4.3-127" and "7.0.x expected" in r.detail
+
+
+def test_garbage_rocminfo_is_an_error_not_a_crash(tmp_path):
+    replay = replay_copy(tmp_path)
+    (replay / "rocminfo").write_text("Segmentation fault\n")
+    results = gpu_checks.check_rocminfo(context(tmp_path, replay=replay))
+    assert results[0].status == "error" and "not understood" in results[0].detail
+
+
+def test_hip_program_mismatches_fail_vector_add(tmp_path):
+    replay = replay_copy(tmp_path)
+    text = (replay / "vgpu_checks").read_text().replace('"mismatches":0,"first_bad":-1', '"mismatches":3,"first_bad":17')
+    (replay / "vgpu_checks").write_text(text)
+    results = {r.name: r for r in workloads.check_hip(context(tmp_path, replay=replay))}
+    assert results["hip.vector_add"].status == "fail" and "index 17" in results["hip.vector_add"].detail
+    assert results["hip.bandwidth"].status == "pass"
+
+
+def test_hip_program_that_dies_gives_errors_with_its_exit(tmp_path):
+    replay = replay_copy(tmp_path)
+    (replay / "vgpu_checks").unlink()
+    results = {r.name: r for r in workloads.check_hip(context(tmp_path, replay=replay))}
+    assert results["hip.compile"].status == "pass"
+    assert results["hip.vector_add"].status == "error" and "exited with 127" in results["hip.vector_add"].detail
+
+
+def test_hipcc_targets_the_gfx_target_rocminfo_reported(tmp_path):
+    ctx = context(tmp_path)
+    ctx.state["gfx"] = "gfx950"
+    results = workloads.check_hip(ctx)
+    assert results[0].measured == "gfx950"
+    calls = [json.loads(line) for line in (tmp_path / "guest" / "calls.jsonl").read_text().splitlines()]
+    assert "--offload-arch=gfx950" in [c for c in calls if c["tool"] == "hipcc"][0]["argv"]
+
+
+def test_gfx950_model_runs_hipblaslt_with_ocp_fp8_and_reports_without_threshold(tmp_path):
+    ctx = context(tmp_path, model="MI355X")
+    perf, verify = workloads.check_hipblaslt(ctx)
+    assert perf.status == "skip" and perf.measured == 1050.0 and "MI355X" in perf.detail
+    calls = [json.loads(line) for line in (tmp_path / "guest" / "calls.jsonl").read_text().splitlines()]
+    bench = [c["argv"] for c in calls if c["tool"] == "hipblaslt-bench"]
+    assert bench and all(a[a.index("--a_type") + 1] == "f8_r" for a in bench)
+
+
+def test_torch_error_report_becomes_error_checks(tmp_path):
+    replay = replay_copy(tmp_path)
+    (replay / "fp8_torch").write_text('{"status": "error", "reason": "RuntimeError: HIP out of memory"}\n')
+    results = workloads.check_torch(context(tmp_path, replay=replay))
+    assert [r.status for r in results] == ["error", "error"] and "out of memory" in results[0].detail
+
+
+def test_torch_garbage_output_is_an_error(tmp_path):
+    replay = replay_copy(tmp_path)
+    (replay / "fp8_torch").write_text("Illegal instruction\n")
+    [r] = workloads.check_torch(context(tmp_path, replay=replay))
+    assert r.status == "error" and "no JSON result" in r.detail
+
+
+def test_real_fp8_torch_worker_skips_without_torch(tmp_path):
+    ctx = context(tmp_path)
+    ctx.guest.env.pop("VGPU_AGENT_TORCH_PYTHON")
+    try:
+        import torch  # noqa: F401
+        pytest.skip("torch is installed here: the no-torch path cannot be exercised")
+    except ImportError:
+        pass
+    results = workloads.check_torch(ctx)
+    assert results[0].status == "skip" and "no PyTorch importable" in results[0].detail
+
+
+def test_fp8_tile_skipped_by_the_program_on_a_target_without_fp8_is_a_skip(tmp_path):
+    replay = replay_copy(tmp_path)
+    lines = (replay / "vgpu_checks").read_text().splitlines(keepends=True)
+    lines = [ln for ln in lines if '"fp8_mfma"' not in ln]
+    lines.append('{"test":"fp8_mfma","skipped":"no FP8 instructions on gfx90a:sramecc+:xnack-"}\n')
+    (replay / "vgpu_checks").write_text("".join(lines))
+    results = {r.name: r for r in workloads.check_hip(context(tmp_path, replay=replay))}
+    assert results["hip.fp8_mfma"].status == "skip" and "gfx90a" in results["hip.fp8_mfma"].detail

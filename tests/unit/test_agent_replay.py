@@ -1,0 +1,59 @@
+"""The simulated guests' replay files: provenance headers, verbatim copies of the real fixtures."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from vgpu.sim.guests import REPLAY_ROOT, SCENARIOS
+from vgpu.sim.guests.standin import candidates, replay_text
+
+FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
+REPLAYS = sorted(p for s in SCENARIOS for p in (REPLAY_ROOT / s).iterdir() if p.name != "guest.json")
+SOURCE = re.compile(r"; source: fixtures/(?P<path>\S+?); (?P<how>verbatim|flags: edited)")
+FROM_FIXTURES = [p for p in REPLAYS if SOURCE.search(p.read_text().split("\n", 1)[0])]
+
+
+def fixture_body(rel: str) -> str:
+    return (FIXTURES / rel).read_text().split("\n", 1)[1]
+
+
+def test_most_healthy_tool_outputs_are_real_captures():
+    assert len([p for p in FROM_FIXTURES if p.parent.name == "healthy"]) >= 4
+
+
+def test_every_scenario_has_a_guest_description_and_replays():
+    for scenario in SCENARIOS:
+        guest = json.loads((REPLAY_ROOT / scenario / "guest.json").read_text())
+        assert guest["description"] and guest["pci"]
+
+
+@pytest.mark.parametrize("path", REPLAYS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_replay_file_starts_with_a_provenance_header(path):
+    header = path.read_text().split("\n", 1)[0]
+    assert header.startswith("# replay: ")
+    assert SOURCE.search(header) or "flags: synthetic" in header, header
+
+
+@pytest.mark.skipif(not FIXTURES.is_dir(), reason="../shared/fixtures not beside the checkout")
+@pytest.mark.parametrize("path", FROM_FIXTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_replays_said_to_be_verbatim_equal_the_fixture(path):
+    match = SOURCE.search(path.read_text().split("\n", 1)[0])
+    body = fixture_body(match["path"])
+    if match["how"] == "verbatim":
+        assert replay_text(str(path)) == body
+    else:  # edited: same number of lines, and the edits are few
+        replay_lines, fixture_lines = replay_text(str(path)).splitlines(), body.splitlines()
+        assert len(replay_lines) == len(fixture_lines)
+        assert 0 < sum(a != b for a, b in zip(replay_lines, fixture_lines)) <= 6
+
+
+def test_lookup_tries_whole_command_then_single_arguments_then_bare_command():
+    assert candidates("amd-smi", ["static"]) == ["amd-smi_static", "amd-smi_static", "amd-smi"]
+    assert candidates("hipblaslt-bench", ["-m", "1024", "-v"])[1:] == [
+        "hipblaslt-bench_-m", "hipblaslt-bench_1024", "hipblaslt-bench_-v", "hipblaslt-bench"]
+    assert candidates("rocminfo", []) == ["rocminfo"]
+    assert candidates("x", ["a/b c"]) == ["x_a_b_c", "x_a_b_c", "x"]
