@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -105,7 +106,11 @@ def _build_root(root: Path, guest: dict, hostname: str) -> None:
 def _install_tools(bin_dir: Path, tools: list, replay: Path, log: Path) -> None:
     bin_dir.mkdir(parents=True)
     shutil.copyfile(Path(__file__).with_name("standin.py"), bin_dir / "vgpu_standin.py")
-    (bin_dir / "python3").symlink_to(sys.executable)
+    # The guest's python3: this interpreter without site-packages (-S), like a bare guest python
+    # (no host torch leaks in), and 10x faster to start for the many stand-in calls.
+    python = bin_dir / "python3"
+    python.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -S "$@"\n')
+    python.chmod(0o755)
     for tool, name in [(t, t) for t in tools] + [("fp8_torch", TORCH_STANDIN)]:
         script = bin_dir / name
         script.write_text(_TOOL_SCRIPT.format(bin=str(bin_dir), tool=tool, replay=str(replay), log=str(log)))
