@@ -119,3 +119,19 @@ def test_unknown_option_exits_2(tmp_path):
     proc = subprocess.run([sys.executable, str(build_agent(tmp_path)), "--bogus"],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2 and proc.stdout == ""
+
+
+PY38_FILES = sorted(AGENT_DIR.rglob("*.py")) + [AGENT_DIR.parents[1] / "sim" / "guests" / "standin.py"]
+
+
+@pytest.mark.parametrize("path", PY38_FILES, ids=lambda p: p.name)
+def test_agent_module_is_python38_syntax(path):
+    ast.parse(path.read_text(encoding="utf-8"), filename=str(path), feature_version=(3, 8))
+
+
+def test_vermin_finds_nothing_newer_than_python38_in_the_agent():
+    pytest.importorskip("vermin")
+    code = "import sys, vermin; sys.argv = ['vermin'] + sys.argv[1:]; sys.exit(vermin.main())"
+    run = subprocess.run([sys.executable, "-c", code, "-t=3.8-", "--no-tips", "--violations", "-q",
+                          *map(str, PY38_FILES)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr

@@ -189,3 +189,14 @@ def test_fp8_tile_skipped_by_the_program_on_a_target_without_fp8_is_a_skip(tmp_p
     (replay / "vgpu_checks").write_text("".join(lines))
     results = {r.name: r for r in workloads.check_hip(context(tmp_path, replay=replay))}
     assert results["hip.fp8_mfma"].status == "skip" and "gfx90a" in results["hip.fp8_mfma"].detail
+
+
+def test_partition_without_memory_mode_is_judged_on_the_compute_mode(tmp_path):
+    replay = replay_copy(tmp_path)
+    text = (replay / "amd-smi").read_text().replace("SPX/NPS1", "     SPX")
+    (replay / "amd-smi").write_text(text)
+    ctx = context(tmp_path, replay=replay)
+    results = {r.name: r for r in gpu_checks.check_amdsmi(ctx)}
+    part = results["amdsmi.partition"]
+    assert part.expected == "SPX/NPS1"
+    assert part.status == "pass" and part.measured == "SPX", part
