@@ -103,6 +103,10 @@ def test_bundle_runs_under_python_3_8(tmp_path, expect_file):
     ("{not json", "is not JSON"),
     ('{"schema": "other/v1"}', "has schema 'other/v1'"),
     ('{"schema": "vgpu.agent-expect/v1", "model": "MI300X"}', "lacks arch"),
+    ('{"schema": "vgpu.agent-expect/v1", "model": "MI300X", "arch": "gfx942", "vendor_id": "0x1002", '
+     '"device_ids": "0x74b5", "fp8": {}, "thresholds": {}, "rocm": "7.0"}', "device_ids must be a non-empty list"),
+    ('{"schema": "vgpu.agent-expect/v1", "model": "MI300X", "arch": "gfx942", "vendor_id": "AMD", '
+     '"device_ids": ["0x74b5"], "fp8": {}, "thresholds": {}, "rocm": "7.0"}', "vendor_id 'AMD' is not a hex id"),
 ])
 def test_bad_expectation_exits_2_with_one_line_and_no_stdout(tmp_path, content, message):
     agent = build_agent(tmp_path)
@@ -113,6 +117,14 @@ def test_bad_expectation_exits_2_with_one_line_and_no_stdout(tmp_path, content, 
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2 and proc.stdout == ""
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_uncreatable_workdir_exits_2(tmp_path, expect_file):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    proc = subprocess.run([sys.executable, str(build_agent(tmp_path / "d")), "--expect", str(expect_file),
+                           "--workdir", str(blocker / "sub")], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2 and proc.stdout == "" and "cannot create work folder" in proc.stderr
 
 
 def test_unknown_option_exits_2(tmp_path):

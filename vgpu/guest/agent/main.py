@@ -49,7 +49,32 @@ def load_expectation(path: str) -> Dict[str, Any]:
     missing = [k for k in REQUIRED if k not in data]
     if missing:
         raise BadInvocation("expectation %s lacks %s" % (path, ", ".join(missing)))
+    problem = _shape_problem(data)
+    if problem:
+        raise BadInvocation("expectation %s: %s" % (path, problem))
     return data
+
+
+def _is_hex(value: Any) -> bool:
+    try:
+        int(value, 16)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _shape_problem(data: Dict[str, Any]) -> str:
+    """What is wrong with the types of an expectation's fields ("" when nothing)."""
+    if not _is_hex(data["vendor_id"]):
+        return "vendor_id %r is not a hex id" % (data["vendor_id"],)
+    ids = data["device_ids"]
+    if not isinstance(ids, list) or not ids or not all(_is_hex(i) for i in ids):
+        return "device_ids must be a non-empty list of hex ids"
+    if not isinstance(data["fp8"], dict) or not isinstance(data["thresholds"], dict):
+        return "fp8 and thresholds must be objects"
+    if not isinstance(data["arch"], str) or not isinstance(data["rocm"], str):
+        return "arch and rocm must be strings"
+    return ""
 
 
 def archive_root() -> str:
@@ -100,8 +125,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     guest = Guest(root=args.root)
     own_workdir = not args.workdir
-    workdir = tempfile.mkdtemp(prefix="vgpu-agent-") if own_workdir else os.path.abspath(args.workdir)
-    os.makedirs(workdir, mode=0o700, exist_ok=True)
+    try:
+        workdir = tempfile.mkdtemp(prefix="vgpu-agent-") if own_workdir else os.path.abspath(args.workdir)
+        os.makedirs(workdir, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        print("vgpu-agent: error: cannot create work folder %s: %s" % (args.workdir or "in $TMPDIR",
+                                                                     exc.strerror or exc), file=sys.stderr)
+        return 2
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     clock = time.monotonic()
     ctx = Context(guest, expect, workdir, archive_root(),
