@@ -12,6 +12,7 @@ loudly; a new key is accepted and recorded only when the caller asked for it
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import select
@@ -30,6 +31,10 @@ from typing import Protocol
 import paramiko
 
 from vgpu.guest.report.model import Outcome
+
+# paramiko logs handshake failures with tracebacks; without a handler Python would print them on
+# stderr. The typed outcome in the report says it better.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 OUTPUT_LIMIT = 8 * 1024 * 1024  # bytes of stdout kept from one agent run; a guest can print garbage forever
 
@@ -190,6 +195,7 @@ class SshTransport:
         user = endpoint.user or self.default_user or _local_user()
         where = f"{user}@{endpoint.host}:{endpoint.port}"
         sock = _connect_socket(endpoint, timeouts.connect)
+        t0 = time.monotonic()
         try:
             client.connect(endpoint.host, port=endpoint.port, username=user, sock=sock,
                            key_filename=str(endpoint.identity) if endpoint.identity else None,
@@ -197,8 +203,12 @@ class SshTransport:
                            timeout=timeouts.connect, banner_timeout=timeouts.connect,
                            auth_timeout=timeouts.auth, channel_timeout=timeouts.connect)
         except Exception as exc:
+            transport = client.get_transport()
+            greeted = bool(transport is not None and transport.remote_version)
             client.close()
             sock.close()
+            if not greeted and not isinstance(exc, paramiko.AuthenticationException):
+                raise _no_greeting(exc, where, time.monotonic() - t0, timeouts) from exc
             raise _classify(exc, where, self.known_hosts, timeouts) from exc
         return SshSession(client, where, timeouts)
 
@@ -217,6 +227,14 @@ def _connect_socket(endpoint: Endpoint, timeout: float) -> socket.socket:
         raise TransportFailure(Outcome.UNREACHABLE, f"{where}: no TCP answer within {timeout:g} s") from exc
     except OSError as exc:  # refused, no route, unknown name
         raise TransportFailure(Outcome.UNREACHABLE, f"{where}: {exc.strerror or exc}") from exc
+
+
+def _no_greeting(exc: Exception, where: str, elapsed: float, timeouts: Timeouts) -> TransportFailure:
+    """The TCP connection opened but no SSH server spoke: a hung guest, or something that is not sshd."""
+    if elapsed >= timeouts.connect * 0.9:
+        return TransportFailure(Outcome.TIMEOUT, f"{where}: no SSH greeting within {timeouts.connect:g} s")
+    return TransportFailure(Outcome.UNREACHABLE,
+                            f"{where}: the port closed without an SSH greeting ({type(exc).__name__}: {exc})")
 
 
 def _classify(exc: Exception, where: str, known: KnownHosts, timeouts: Timeouts) -> TransportFailure:
@@ -238,9 +256,8 @@ def _classify(exc: Exception, where: str, known: KnownHosts, timeouts: Timeouts)
         if "timeout" in str(exc).lower():
             return TransportFailure(Outcome.TIMEOUT, f"{where}: authentication took over {timeouts.auth:g} s")
         return TransportFailure(Outcome.AUTH_FAILED, f"{where}: authentication refused ({exc})")
-    if isinstance(exc, (TimeoutError, socket.timeout, EOFError)) or "banner" in str(exc).lower():
-        return TransportFailure(Outcome.TIMEOUT,
-                                f"{where}: no SSH greeting within {timeouts.connect:g} s ({type(exc).__name__})")
+    if isinstance(exc, (TimeoutError, socket.timeout)):
+        return TransportFailure(Outcome.TIMEOUT, f"{where}: the SSH handshake took over {timeouts.connect:g} s")
     if isinstance(exc, OSError):
         return TransportFailure(Outcome.UNREACHABLE, f"{where}: {exc.strerror or exc}")
     return TransportFailure(Outcome.UNREACHABLE, f"{where}: SSH handshake failed ({exc})")
@@ -284,7 +301,10 @@ class SshSession:
         command = shlex.join(words + argv)
         chan = self._guard(lambda: self._client.get_transport().open_session(timeout=self._timeouts.connect))
         chan.exec_command(command)
-        return _collect(chan, timeout + 2.0, self._where)
+        result = _collect(chan, timeout + 2.0, self._where)
+        if result.returncode in (124, 137):  # coreutils timeout: TERM sent (124), or KILL after -k (137)
+            raise TransportFailure(Outcome.TIMEOUT, f"{self._where}: agent did not finish within {timeout:g} s")
+        return result
 
     def remove_dir(self, path: str) -> None:
         try:
