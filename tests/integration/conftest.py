@@ -107,6 +107,12 @@ def start_sshd(d: Path, authorized: Path, *, address: str = "127.0.0.1", port: i
     return server
 
 
+@pytest.fixture(scope="session")
+def sshd_starter():
+    """``start_sshd`` itself, for tests that place servers themselves (e.g. in namespaces)."""
+    return start_sshd
+
+
 @pytest.fixture
 def sshd_factory(ssh_dir, tmp_path):
     started: list[Sshd] = []
