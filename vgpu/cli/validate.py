@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from vgpu.errors import InputError
+from vgpu.guest.agent.result import STATUSES
 
 DEFAULT_SIM_GUESTS = 4
 
@@ -35,7 +36,7 @@ DEFAULT_SIM_GUESTS = 4
 @click.option("--known-hosts", type=click.Path(path_type=Path), default=Path("~/.ssh/known_hosts"),
               show_default=True, help="known_hosts file for strict host-key checking.")
 @click.option("--accept-new-host-keys", is_flag=True,
-              help="Trust and record keys of hosts missing from known_hosts (a changed key is still refused).")
+              help="Trust and record keys of hosts missing from known_hosts (a changed key stays refused).")
 @click.option("--identity", type=click.Path(path_type=Path),
               help="SSH private key for guests that name none (default: ssh-agent, then ~/.ssh keys).")
 @click.option("--user", help="SSH user for guests that name none (default: the local user).")
@@ -132,7 +133,8 @@ def _simulated(count, inventory, profile, replay_dir, scenarios, skip_workloads,
     names = [s.strip() for s in scenarios.split(",") if s.strip()]
     unknown = [s for s in names if s not in SCENARIOS]
     if unknown or not names:
-        raise InputError(f"unknown scenario {', '.join(unknown) or scenarios!r}; known: {', '.join(SCENARIOS)}")
+        bad = ", ".join(repr(s) for s in unknown) or repr(scenarios)
+        raise InputError(f"unknown scenario {bad}; known: {', '.join(SCENARIOS)}")
     spec = None if profile else ExpectSpec(**SIM_TARGET)
     jobs = []
     for i in range(n):
@@ -186,7 +188,7 @@ def _summary(report, paths: dict[str, Path]) -> None:
         table.add_column(col, no_wrap=True)
     table.add_column("detail")
     for g in report.guests:
-        counts = "/".join(str(sum(c.status == s for c in g.checks)) for s in ("pass", "fail", "skip", "error"))
+        counts = "/".join(str(sum(c.status == s for c in g.checks)) for s in STATUSES)
         failed = [c.name for c in g.checks if c.status in ("fail", "error")]
         more = f" (+{len(failed) - 3})" if len(failed) > 3 else ""
         detail = g.detail or (", ".join(failed[:3]) + more)

@@ -26,6 +26,7 @@ from vgpu.guest.targets import ExpectSpec, Target
 from vgpu.guest.transport import Endpoint, RunResult, Session, Timeouts, TransportFailure
 
 AGENT_NAME = "vgpu-agent.pyz"
+DEFAULT_TIMEOUTS = Timeouts()
 EXPECT_NAME = "expect.json"
 
 
@@ -109,7 +110,8 @@ class _AgentOutputError(Exception):
     pass
 
 
-def validate_one(job: Job, transport: Transport, agent: Path, expect_file: Path, timeouts: Timeouts) -> GuestReport:
+def validate_one(job: Job, transport: Transport, agent: Path, expect_file: Path,
+                 timeouts: Timeouts) -> GuestReport:
     """Validate one guest; never raises for anything the guest does."""
     t0 = time.monotonic()
     report = GuestReport(name=job.name, address=job.address, outcome=Outcome.OK, expectation=job.summary)
@@ -176,7 +178,7 @@ def _excerpt(lines: list[str], limit: int = 160) -> str:
 
 
 def run_fanout(jobs: list[Job], transport: Transport, agent: Path, *, concurrency: int = 8,
-               timeouts: Timeouts = Timeouts(), on_start: Callable[[Job], None] | None = None,
+               timeouts: Timeouts = DEFAULT_TIMEOUTS, on_start: Callable[[Job], None] | None = None,
                on_done: Callable[[GuestReport], None] | None = None) -> ValidationReport:
     """Validate every job with at most ``concurrency`` guests in flight; results in job order."""
     if concurrency < 1:

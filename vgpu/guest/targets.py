@@ -109,7 +109,7 @@ def parse_guests_file(text: str, *, source: str, base_dir: Path) -> list[Target]
         if g.profile and g.expect:
             raise InputError(f"guests file {source}: guests.{i}: give either a profile or an expect block, "
                              "not both")
-        merged = {f: getattr(g, f) if getattr(g, f) is not None else getattr(spec.defaults, f) for f in fields}
+        merged = {f: getattr(spec.defaults, f) if getattr(g, f) is None else getattr(g, f) for f in fields}
         if g.profile or g.expect:  # the guest's own choice replaces the default, whichever kind it is
             merged["profile"], merged["expect"] = g.profile, g.expect
         if not merged["host"]:
@@ -176,7 +176,8 @@ class _Group:
     children: list[str]
 
 
-def parse_ansible_inventory(text: str, *, source: str, base_dir: Path, limit: str | None = None) -> list[Target]:
+def parse_ansible_inventory(text: str, *, source: str, base_dir: Path,
+                            limit: str | None = None) -> list[Target]:
     """Targets from an Ansible inventory in INI or YAML form; ``limit``: comma-separated groups/hosts."""
     first = next((ln.strip() for ln in text.splitlines() if ln.strip() and ln.strip()[0] not in "#;"), "")
     looks_yaml = first.startswith("---") or re.fullmatch(r"[\w.-]+:\s*(#.*)?", first)
@@ -336,7 +337,8 @@ def _select(groups: dict[str, _Group], hostvars: dict[str, dict[str, Any]], limi
         elif word in groups:
             chosen |= {h for h, hv in hostvars.items() if word == "all" or word in hv["group_names"]}
         else:
-            raise InputError(f"inventory {source}: --limit names {word!r}, which is neither a group nor a host")
+            raise InputError(f"inventory {source}: --limit names {word!r}, which is neither a group "
+                             "nor a host")
     return sorted(chosen)
 
 

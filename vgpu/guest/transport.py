@@ -257,7 +257,8 @@ def _classify(exc: Exception, where: str, known: KnownHosts, timeouts: Timeouts)
             return TransportFailure(Outcome.TIMEOUT, f"{where}: authentication took over {timeouts.auth:g} s")
         return TransportFailure(Outcome.AUTH_FAILED, f"{where}: authentication refused ({exc})")
     if isinstance(exc, (TimeoutError, socket.timeout)):
-        return TransportFailure(Outcome.TIMEOUT, f"{where}: the SSH handshake took over {timeouts.connect:g} s")
+        return TransportFailure(Outcome.TIMEOUT,
+                                f"{where}: the SSH handshake took over {timeouts.connect:g} s")
     if isinstance(exc, OSError):
         return TransportFailure(Outcome.UNREACHABLE, f"{where}: {exc.strerror or exc}")
     return TransportFailure(Outcome.UNREACHABLE, f"{where}: SSH handshake failed ({exc})")
@@ -303,7 +304,8 @@ class SshSession:
         chan.exec_command(command)
         result = _collect(chan, timeout + 2.0, self._where)
         if result.returncode in (124, 137):  # coreutils timeout: TERM sent (124), or KILL after -k (137)
-            raise TransportFailure(Outcome.TIMEOUT, f"{self._where}: agent did not finish within {timeout:g} s")
+            raise TransportFailure(Outcome.TIMEOUT,
+                                   f"{self._where}: agent did not finish within {timeout:g} s")
         return result
 
     def remove_dir(self, path: str) -> None:
@@ -325,7 +327,8 @@ class SshSession:
         except (socket.timeout, TimeoutError) as exc:
             raise TransportFailure(Outcome.TIMEOUT, f"{self._where}: the guest stopped answering") from exc
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise TransportFailure(Outcome.AGENT_ERROR, f"{self._where}: {type(exc).__name__}: {exc}") from exc
+            raise TransportFailure(Outcome.AGENT_ERROR,
+                                   f"{self._where}: {type(exc).__name__}: {exc}") from exc
 
 
 def _collect(chan: paramiko.Channel, timeout: float, where: str) -> RunResult:
@@ -336,8 +339,9 @@ def _collect(chan: paramiko.Channel, timeout: float, where: str) -> RunResult:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise TransportFailure(Outcome.TIMEOUT, f"{where}: agent did not finish within {timeout - 2:g} s")
-            select.select([chan], [], [], min(left, 1.0))
+                raise TransportFailure(Outcome.TIMEOUT,
+                                       f"{where}: agent did not finish within {timeout - 2:g} s")
+            select.select([chan], [], [], min(left, 0.05))
             while chan.recv_ready():
                 chunk = chan.recv(65536)
                 if len(out) < OUTPUT_LIMIT:

@@ -11,20 +11,23 @@ import html
 import math
 from typing import Any
 
-from vgpu.guest.agent.result import CheckResult
+from vgpu.guest.agent.result import STATUSES, CheckResult
 from vgpu.guest.report.model import GuestReport, ValidationReport
 
 _COLORS = {"pass": "#1a7f37", "fail": "#cf222e", "error": "#9a6700", "skip": "#6e7781"}
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:2em;color:#1f2328;max-width:1200px}
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em}
-.cards{display:flex;gap:1em;flex-wrap:wrap}.card{border:1px solid #d0d7de;border-radius:6px;padding:.6em 1.2em}
+.cards{display:flex;gap:1em;flex-wrap:wrap}
+.card{border:1px solid #d0d7de;border-radius:6px;padding:.6em 1.2em}
 .card b{display:block;font-size:1.6em}
-table{border-collapse:collapse;width:100%;margin:.6em 0}th,td{border-bottom:1px solid #d0d7de;padding:.3em .5em;
-text-align:left;vertical-align:top}th{background:#f6f8fa}
+table{border-collapse:collapse;width:100%;margin:.6em 0}
+th,td{border-bottom:1px solid #d0d7de;padding:.3em .5em;text-align:left;vertical-align:top}
+th{background:#f6f8fa}
 .pass{color:#1a7f37}.fail{color:#cf222e}.error{color:#9a6700}.skip{color:#6e7781}
 .badge{font-weight:600;text-transform:uppercase;font-size:.85em}
-details{border:1px solid #d0d7de;border-radius:6px;padding:.4em .8em;margin:.6em 0}summary{cursor:pointer}
+details{border:1px solid #d0d7de;border-radius:6px;padding:.4em .8em;margin:.6em 0}
+summary{cursor:pointer}
 .detail{white-space:pre-wrap;font-family:ui-monospace,monospace;font-size:.9em}
 """
 
@@ -59,9 +62,10 @@ def _cards(s: dict) -> str:
 
 def _guest_table(guests: list[GuestReport]) -> str:
     rows = ["<h2>Guests</h2><table><tr><th>guest</th><th>address</th><th>verdict</th><th>outcome</th>"
-            "<th>model / partition</th><th>checks (pass/fail/skip/error)</th><th>seconds</th><th>detail</th></tr>"]
+            "<th>model / partition</th><th>checks (pass/fail/skip/error)</th><th>seconds</th>"
+            "<th>detail</th></tr>"]
     for g in guests:
-        counts = "/".join(str(sum(c.status == st for c in g.checks)) for st in ("pass", "fail", "skip", "error"))
+        counts = "/".join(str(sum(c.status == st for c in g.checks)) for st in STATUSES)
         exp = g.expectation
         part = " ".join(x for x in (exp.model, exp.compute, exp.memory) if x) or "-"
         rows.append(f'<tr><td><a href="#{_anchor(g)}">{_e(g.name)}</a></td><td>{_e(g.address)}</td>'

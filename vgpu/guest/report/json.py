@@ -22,7 +22,8 @@ def load(path: Path) -> ValidationReport:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InputError(f"no validation report at {path}", hint="pass a report JSON or a --report-dir") from None
+        raise InputError(f"no validation report at {path}",
+                         hint="pass a report JSON or a --report-dir") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read {path}: {exc}") from None
     try:

@@ -87,7 +87,8 @@ def _finite(v: Any) -> Any:
 
 
 def _check_dict(c: CheckResult) -> dict[str, Any]:
-    return {"name": c.name, "status": c.status, "measured": _finite(c.measured), "expected": _finite(c.expected),
+    return {"name": c.name, "status": c.status, "measured": _finite(c.measured),
+            "expected": _finite(c.expected),
             "unit": c.unit, "detail": c.detail, "seconds": c.seconds}
 
 
