@@ -346,8 +346,9 @@ def render_errors(exc: ValidationError, blame: Any) -> list[str]:
 
 
 def _explain(err: dict[str, Any]) -> tuple[tuple, str]:
-    loc = tuple(x for x in err["loc"] if x != "[key]")
-    kind, raw = err["type"], err.get("ctx", {}).get("error")
+    loc, kind, raw = tuple(err["loc"]), err["type"], err.get("ctx", {}).get("error")
+    if kind != "extra_forbidden" and loc[-1:] == ("[key]",):
+        loc = loc[:-1]  # pydantic's marker for "the key of this mapping entry", not a user's key
     if isinstance(raw, FieldError):
         return loc + raw.field, raw.message
     if kind in ("value_error", "assertion_error"):
@@ -362,7 +363,7 @@ def _explain(err: dict[str, Any]) -> tuple[tuple, str]:
 
 def _unknown_key(loc: tuple) -> str:
     allowed = _fields_at(loc[:-1])
-    close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+    close = difflib.get_close_matches(str(loc[-1:] and loc[-1]), allowed, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return f"unknown key{hint} (allowed here: {', '.join(allowed)})"
 

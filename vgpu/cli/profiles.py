@@ -1,0 +1,90 @@
+"""`vgpu profiles list|show|validate|schema`: the shipped profiles, a resolved profile, checks, JSON schema."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from vgpu.errors import ExitCode
+
+
+@click.group()
+def profiles() -> None:
+    """Profiles: the desired state of a host's GPUs and VMs (docs/profiles.md)."""
+
+
+@profiles.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print the shipped profiles, resolved, as JSON.")
+def list_cmd(as_json: bool) -> None:
+    """The shipped profiles: model, mode, VFs, partitions, hypervisor and AMD's support level."""
+    from vgpu.profiles import list_profiles
+
+    found = list_profiles()
+    if as_json:
+        from vgpu.cli.render import print_json
+        print_json([{**p.to_dict(), "support": p.support.value, "warnings": p.warnings()} for p in found])
+        return
+    from rich.table import Table
+
+    from vgpu.cli.render import console
+    table = Table(title="Shipped profiles", title_justify="left")
+    for column in ("name", "model", "mode", "VFs/GPU", "partitions", "hypervisor", "support"):
+        table.add_column(column)
+    for p in found:
+        combo = p.combo
+        parts = f"{combo.compute.value}/{combo.memory.value}" if combo else "-"
+        table.add_row(p.name, p.gpu.model, p.gpu.mode.value, str(p.gpu.vfs_per_gpu or "-"), parts,
+                      p.hypervisor.value, p.support.value)
+    out = console()
+    if not out.is_terminal:
+        out.width = 120  # piped or captured: do not squeeze the table to the 80-column fallback
+    out.print(table)
+
+
+@profiles.command()
+@click.argument("ref", metavar="NAME|FILE")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
+def show(ref: str, as_json: bool) -> None:
+    """Print a profile with `extends` resolved and defaults filled in; warnings go to stderr."""
+    from vgpu.profiles import dump_profile, load_profile
+
+    profile = load_profile(ref)
+    if as_json:
+        click.echo(json.dumps(profile.to_dict(), indent=2))
+    else:
+        click.echo(f"# {profile.name}: resolved from {' <- '.join(profile.lineage)}")
+        click.echo(dump_profile(profile), nl=False)
+    for warning in profile.warnings():
+        click.echo(f"warning: {profile.name}: {warning}", err=True)
+
+
+@profiles.command()
+@click.argument("refs", nargs=-1, required=True, metavar="FILE...")
+@click.pass_context
+def validate(ctx: click.Context, refs: tuple[str, ...]) -> None:
+    """Check profile files (or shipped names): one line per problem; exit 5 when any is invalid."""
+    from vgpu.profiles import ProfileError, load_profile
+
+    failed = False
+    for ref in refs:
+        try:
+            profile = load_profile(ref)
+        except ProfileError as exc:
+            failed = True
+            for line in exc.problems:
+                click.echo(f"invalid: {line}")
+            continue
+        click.echo(f"ok: {ref} ({profile.name}, {profile.support.value})")
+        for warning in profile.warnings():
+            click.echo(f"warning: {ref}: {warning}")
+    if failed:
+        ctx.exit(ExitCode.BAD_INPUT)
+
+
+@profiles.command()
+def schema() -> None:
+    """Print the JSON schema of profile files, for editors (also in vgpu/schemas/profile-v1.json)."""
+    from vgpu.profiles import schema_text
+
+    click.echo(schema_text(), nl=False)
