@@ -1,0 +1,52 @@
+"""What the simulated kernel knows about modules and the PCI drivers they register.
+
+Facts from the Linux kernel: module names use underscores and modprobe treats '-' and '_' alike
+(kmod ``modname_normalize``); vfio_pci registers the driver "vfio-pci"; drivers without a
+``sriov_configure`` hook (gim, amdgpu) refuse sriov_numvfs writes (drivers/pci/iov.c).
+"""
+
+from __future__ import annotations
+
+# module -> PCI driver name it registers (identity when absent)
+DRIVER_OF_MODULE = {"vfio_pci": "vfio-pci"}
+
+# Drivers built into the kernel: always registered, never in lsmod.
+BUILTIN_DRIVERS = ("pcieport",)
+
+# Modules every simulated host can load besides the drivers its devices name.
+STANDARD_MODULES = ("gim", "amdgpu", "vfio_pci", "vfio", "vfio_iommu_type1", "kvm", "kvm_amd")
+
+# Drivers that implement sriov_configure, so writing sriov_numvfs works (drivers/pci/iov.c).
+SRIOV_CONFIGURE = frozenset({"mlx5_core", "nvme", "ixgbe", "igb", "ice", "i40e", "bnxt_en"})
+
+# Parameters a module accepts, with the value /sys/module/<m>/parameters shows by default.
+# Modules not listed accept any parameter. gim's names are from GIM's gim_drv.c/gim_config.c.
+MODULE_PARAMS: dict[str, dict[str, str]] = {
+    "gim": {"vf_num": "1", "enabled_devices": "", "accelerator_partition_mode": "",
+            "memory_partition_mode": ""},
+    "vfio_pci": {"ids": "", "disable_idle_d3": "N", "disable_vga": "N", "enable_sriov": "N",
+                 "nointxmask": "N", "disable_denylist": "N"},
+    "vfio": {"enable_unsafe_noiommu_mode": "N"},
+    "amdgpu": {"ip_block_mask": "-1", "virtual_display": "", "user_partt_mode": "-1"},
+}
+
+# What /sys/module/<m>/parameters shows for gim (only the parameters vgpu reads are visible).
+VISIBLE_DEFAULTS = {"gim": ("vf_num",)}
+
+
+def normalize(name: str) -> str:
+    return name.replace("-", "_")
+
+
+def driver_of(module: str) -> str:
+    return DRIVER_OF_MODULE.get(module, module)
+
+
+def module_of(driver: str) -> str | None:
+    """The module registering ``driver``; None for built-in drivers."""
+    if driver in BUILTIN_DRIVERS:
+        return None
+    for module, drv in DRIVER_OF_MODULE.items():
+        if drv == driver:
+            return module
+    return normalize(driver)

@@ -1,0 +1,149 @@
+"""SimHost: a simulated Linux host in a state directory (``state.json`` + the tree in ``root/``).
+
+``SimHost.create`` builds a machine and boots it: loads the spec's modules in order (each driver
+binds what it matches, gim creates VFs), applies ``state.bind``, enables NIC VFs. Everything later
+goes through ``host.kernel`` (``vgpu.sim.kernel.SimKernel``), so separate processes see one host.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from vgpu.errors import HostError, InputError
+from vgpu.sim import modules, pcicore
+from vgpu.sim.build import build_state, initial_vfs
+from vgpu.sim.kernel import LOG_NAME, SimKernel
+from vgpu.sim.pcicore import Ctx
+from vgpu.sim.spec import DEFAULT_MACHINE, MachineSpec, load_spec
+from vgpu.sim.state import (STATE_FILE, Holder, SimState, load_state, save_state, write_atomic,
+                            write_tree_mark)
+from vgpu.sim.tree import Tree, registered_drivers
+
+ROOT_NAME = "root"
+
+
+class SimHost:
+    def __init__(self, state_dir: Path):
+        self.state_dir = Path(state_dir)
+        self.root = self.state_dir / ROOT_NAME
+        self.sys_root = self.root / "sys"
+        self.kernel = SimKernel(self.state_dir, self.root)
+
+    # -- life cycle ---------------------------------------------------------------------------
+    @classmethod
+    def create(cls, state_dir: Path, machine: str | Path | MachineSpec = DEFAULT_MACHINE) -> "SimHost":
+        """Wipe ``state_dir`` (only if empty or a simulated host) and build ``machine`` in it.
+        Raises InputError for an unknown machine, a malformed spec or a foreign directory."""
+        spec = machine if isinstance(machine, MachineSpec) else load_spec(machine)
+        state = build_state(spec)
+        state_dir = Path(state_dir)
+        _prepare(state_dir)
+        host = cls(state_dir)
+        host._write_etc(spec)
+        ctx = Ctx(state)
+        ctx.log("Linux version 6.8.0-sim (vgpu simulated host) #1 SMP PREEMPT_DYNAMIC")
+        ctx.log(f"Command line: {state.cmdline}")
+        _boot(ctx, host.root, spec)
+        save_state(state_dir, state)
+        Tree(host.root).render_all(state)
+        (host.root / LOG_NAME).write_text("\n".join(ctx.log_lines) + "\n")
+        write_tree_mark(state_dir, state.generation)
+        return host
+
+    @classmethod
+    def open(cls, state_dir: Path) -> "SimHost":
+        """An existing simulated host. Raises InputError when missing or corrupt."""
+        host = cls(state_dir)
+        host.kernel.fresh_state()  # validates, and repairs a tree a crash left behind
+        return host
+
+    # -- views ------------------------------------------------------------------------------
+    @property
+    def state(self) -> SimState:
+        return load_state(self.state_dir)
+
+    @property
+    def machine(self) -> MachineSpec:
+        return MachineSpec.model_validate(self.state.machine)
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / LOG_NAME
+
+    def dmesg(self) -> str:
+        return self.log_path.read_text(encoding="utf-8") if self.log_path.exists() else ""
+
+    # -- simulated processes ----------------------------------------------------------------
+    def add_holder(self, group: int, comm: str) -> int:
+        """A process holding /dev/vfio/<group> open (as QEMU does). Returns its pid.
+        Raises HostError when /dev/vfio/<group> does not exist (no member bound to vfio-pci)."""
+        if not comm or len(comm) > 15 or not comm.isprintable() or "/" in comm:
+            raise InputError(f"process name {comm!r} must be 1-15 printable characters without '/'")
+
+        def add(ctx: Ctx) -> int:
+            if not any(f.iommu_group == group and f.driver == "vfio-pci" for f in ctx.state.functions.values()):
+                raise HostError(f"cannot open /dev/vfio/{group}: No such file or directory "
+                                "(no member of that IOMMU group is bound to vfio-pci)")
+            pid = ctx.state.next_pid
+            ctx.state.next_pid += 1
+            ctx.state.holders[str(pid)] = Holder(pid=pid, comm=comm, group=group)
+            return pid
+        return self.kernel.transaction(f"add_holder:{group}", add, faultable=False)
+
+    def remove_holder(self, pid: int) -> None:
+        def remove(ctx: Ctx) -> None:
+            if ctx.state.holders.pop(str(pid), None) is None:
+                raise HostError(f"no simulated process with pid {pid}")
+        self.kernel.transaction(f"remove_holder:{pid}", remove, faultable=False)
+
+    def _write_etc(self, spec: MachineSpec) -> None:
+        conf = self.root / "etc" / "modprobe.d"
+        conf.mkdir(parents=True, exist_ok=True)
+        for name, text in spec.state.modprobe_d.items():
+            write_atomic(conf / name, text if text.endswith("\n") else text + "\n")
+        if spec.state.gim_config is not None:
+            write_atomic(self.root / "etc" / "gim_config", spec.state.gim_config)
+
+
+def _prepare(state_dir: Path) -> None:
+    """Empty ``state_dir`` for a new host, refusing to wipe a directory that is not one of ours."""
+    if state_dir.exists():
+        if not state_dir.is_dir():
+            raise InputError(f"simulated host directory {state_dir} is a file")
+        entries = set(p.name for p in state_dir.iterdir())
+        if entries and STATE_FILE not in entries and ROOT_NAME not in entries:
+            raise InputError(f"refusing to wipe {state_dir}: it is not empty and holds no simulated host",
+                             hint="choose an empty or new directory for the simulated host")
+        for entry in state_dir.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    state_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _boot(ctx: Ctx, root: Path, spec: MachineSpec) -> None:
+    """Load the spec's modules in order; ``state.bind`` devices go to their named driver (a
+    temporary driver_override steers driver_attach), then NICs enable their initial VFs."""
+    state = ctx.state
+    for address, driver in spec.state.bind.items():
+        state.functions[address].driver_override = driver
+    try:
+        for name, params in spec.state.modules.items():
+            modules.load(ctx, root, name, params)
+    except HostError as exc:
+        raise InputError(f"machine spec {spec.name}: state.modules: {exc.message}") from None
+    for address, driver in spec.state.bind.items():
+        f = state.functions[address]
+        f.driver_override = None
+        if driver not in registered_drivers(state):
+            raise InputError(f"machine spec {spec.name}: state.bind: driver {driver} for {address} is not "
+                             f"registered by any module in state.modules")
+        if f.driver != driver:
+            raise InputError(f"machine spec {spec.name}: state.bind: {driver} could not bind {address}")
+    for address, count in initial_vfs(spec).items():
+        try:
+            pcicore.write_sriov_numvfs(ctx, state.functions[address], str(count))
+        except HostError as exc:
+            raise InputError(f"machine spec {spec.name}: {address} initial_vfs: {exc.message}") from None

@@ -1,0 +1,321 @@
+"""Render a SimState as a Linux-shaped tree: root/sys, root/proc, root/dev (umockdev testbed layout).
+
+File formats follow the kernel (drivers/pci/pci-sysfs.c, iov.c, probe.c): vendor "0x%04x",
+class "0x%06x", sriov_vf_device "%x", resource "0x%016x 0x%016x 0x%016x" per resource,
+uevent KEY=VALUE lines, relative symlinks as sysfs makes them. root/etc is written once at
+build and then belongs to whoever configures the host (vgpu's provisioner, tests).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from vgpu.catalog import DEFAULT as CATALOG
+from vgpu.sim import drivers
+from vgpu.sim.state import Function, SimState
+
+RO, RW, WO = 0o444, 0o644, 0o200
+GIM_ATTRS = ("memory_partition_mode", "spatial_partition_mode", "accelerator_partition_profile")
+AMDGPU_ATTRS = ("current_compute_partition", "available_compute_partition",
+                "current_memory_partition", "available_memory_partition")
+_RESOURCE_LINES, _BRIDGE_RESOURCE_LINES = 13, 17
+
+
+def write(path: Path, text: str, mode: int = RO) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def link(path: Path, target: str) -> None:
+    try:
+        if os.readlink(path) == target:
+            return
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError:  # a directory or file where the link belongs
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else os.unlink(path)
+    os.symlink(target, path)
+
+
+def _rel(path: Path, target: Path) -> str:
+    return os.path.relpath(target, path.parent)
+
+
+class Tree:
+    """Writes the parts of the tree that a state change touches."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.sys = self.root / "sys"
+
+    def device_dir(self, state: SimState, f: Function) -> Path:
+        chain = [f.address]
+        top = f
+        while top.parent is not None:
+            top = state.functions[top.parent]
+            chain.append(top.address)
+        pci = top.pci
+        return self.sys.joinpath("devices", f"pci{pci.domain:04x}:{pci.bus:02x}", *reversed(chain))
+
+    # -- whole tree ---------------------------------------------------------------------------
+    def render_all(self, state: SimState) -> None:
+        for name in ("sys", "proc", "dev"):
+            shutil.rmtree(self.root / name, ignore_errors=True)
+        for sub in ("sys/devices", "sys/bus/pci/devices", "sys/bus/pci/drivers", "sys/kernel/iommu_groups",
+                    "sys/class/iommu", "sys/module", "proc", "dev", "etc/modprobe.d"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        write(self.sys / "bus/pci/drivers_probe", "", WO)
+        write(self.sys / "bus/pci/drivers_autoprobe", "1\n", RW)
+        write(self.sys / "bus/pci/rescan", "", WO)
+        for f in sorted(state.functions.values(), key=lambda x: self._depth(state, x)):
+            self.render_function(state, f)
+        self.render_globals(state)
+
+    @staticmethod
+    def _depth(state: SimState, f: Function) -> int:
+        depth = 0
+        while f.parent is not None:
+            f, depth = state.functions[f.parent], depth + 1
+        return depth
+
+    # -- one function ------------------------------------------------------------------------
+    def render_function(self, state: SimState, f: Function) -> None:
+        d = self.device_dir(state, f)
+        d.mkdir(parents=True, exist_ok=True)
+        for name, value in _attributes(f).items():
+            write(d / name, value + "\n", RW if name == "driver_override" else RO)
+        if f.sriov:
+            for name, value in (("sriov_totalvfs", f.sriov.total_vfs), ("sriov_offset", f.sriov.offset),
+                                ("sriov_stride", f.sriov.stride)):
+                write(d / name, f"{value}\n")
+            write(d / "sriov_vf_device", f"{f.sriov.vf_device:x}\n")
+            write(d / "sriov_numvfs", f"{f.sriov.num_vfs}\n", RW)
+            write(d / "sriov_drivers_autoprobe", "1\n", RW)
+        write(d / "resource", _resource(f))
+        for name in ("remove", "reset", "rescan"):
+            write(d / name, "", WO)
+        self._links(state, f, d)
+        self._partition_attrs(f, d)
+
+    def _links(self, state: SimState, f: Function, d: Path) -> None:
+        link(d / "subsystem", _rel(d / "subsystem", self.sys / "bus/pci"))
+        self._optional_link(d / "driver", self.sys / "bus/pci/drivers" / f.driver if f.driver else None)
+        group = self.sys / "kernel/iommu_groups" / str(f.iommu_group) if f.iommu_group is not None else None
+        self._optional_link(d / "iommu_group", group)
+        pf = state.functions.get(f.physfn) if f.physfn else None
+        self._optional_link(d / "physfn", self.device_dir(state, pf) if pf else None)
+        wanted = {f"virtfn{vf.vf_index}": vf for vf in state.vfs_of(f)}
+        for entry in os.listdir(d):
+            if entry.startswith("virtfn") and entry not in wanted:
+                os.unlink(d / entry)
+        for name, vf in wanted.items():
+            link(d / name, _rel(d / name, self.device_dir(state, vf)))
+
+    @staticmethod
+    def _optional_link(path: Path, target: Path | None) -> None:
+        if target is None:
+            if os.path.lexists(path):
+                os.unlink(path)
+        else:
+            link(path, _rel(path, target))
+
+    @staticmethod
+    def _partition_attrs(f: Function, d: Path) -> None:
+        """GIM-bound PFs show GIM's partition files, amdgpu-bound ones amdgpu's (HARDWARE.md 2-3)."""
+        gim = f.driver == "gim" and f.compute_partition is not None
+        amdgpu = f.driver == "amdgpu" and f.compute_partition is not None
+        stale = (() if gim else GIM_ATTRS) + (() if amdgpu else AMDGPU_ATTRS)
+        for name in stale:
+            if os.path.lexists(d / name):
+                os.unlink(d / name)
+        if gim:
+            write(d / "memory_partition_mode", f"{f.memory_partition}\n", RW)
+            write(d / "spatial_partition_mode", f"{f.compute_partition}\n", RO)
+            write(d / "accelerator_partition_profile", f"{f.compute_partition}\n", RW)
+        if amdgpu:
+            model = CATALOG.by_name(f.gpu_model or "")
+            write(d / "current_compute_partition", f"{f.compute_partition}\n", RW)
+            write(d / "current_memory_partition", f"{f.memory_partition}\n", RW)
+            write(d / "available_compute_partition",
+                  ", ".join(p.value for p in (model.compute_partitions if model else ())) + "\n")
+            write(d / "available_memory_partition",
+                  ", ".join(p.value for p in (model.memory_partitions if model else ())) + "\n")
+
+    def remove_function(self, state: SimState, f: Function) -> None:
+        shutil.rmtree(self.device_dir(state, f), ignore_errors=True)
+
+    # -- host-wide parts ---------------------------------------------------------------------
+    def render_globals(self, state: SimState) -> None:
+        self._bus_links(state)
+        self._drivers(state)
+        self._groups(state)
+        self._modules(state)
+        self._iommu_units(state)
+        self._misc(state)
+        self._proc(state)
+        self._dev(state)
+
+    def _sync_links(self, directory: Path, wanted: dict[str, Path]) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        for entry in os.listdir(directory):
+            if entry not in wanted and os.path.islink(directory / entry):
+                os.unlink(directory / entry)
+        for name, target in wanted.items():
+            link(directory / name, _rel(directory / name, target))
+
+    def _bus_links(self, state: SimState) -> None:
+        self._sync_links(self.sys / "bus/pci/devices",
+                         {f.address: self.device_dir(state, f) for f in state.functions.values()})
+
+    def _drivers(self, state: SimState) -> None:
+        base = self.sys / "bus/pci/drivers"
+        registered = registered_drivers(state)
+        for entry in os.listdir(base):
+            if entry not in registered:
+                shutil.rmtree(base / entry)
+        for drv, module in registered.items():
+            d = base / drv
+            d.mkdir(exist_ok=True)
+            for name in ("bind", "unbind", "new_id", "remove_id"):
+                write(d / name, "", WO)
+            write(d / "uevent", "", WO)
+            bound = {f.address: self.device_dir(state, f) for f in state.functions.values() if f.driver == drv}
+            if module:
+                bound["module"] = self.sys / "module" / module
+            self._sync_links(d, bound)
+
+    def _groups(self, state: SimState) -> None:
+        base = self.sys / "kernel/iommu_groups"
+        groups: dict[int, list[Function]] = {}
+        for f in state.functions.values():
+            if f.iommu_group is not None:
+                groups.setdefault(f.iommu_group, []).append(f)
+        for entry in os.listdir(base):
+            if not entry.isdigit() or int(entry) not in groups:
+                shutil.rmtree(base / entry)
+        kind = "identity" if "iommu=pt" in state.cmdline.split() else "DMA-FQ"
+        for number, members in groups.items():
+            d = base / str(number)
+            d.mkdir(exist_ok=True)
+            write(d / "type", kind + "\n", RW)
+            self._sync_links(d / "devices", {f.address: self.device_dir(state, f) for f in members})
+
+    def _modules(self, state: SimState) -> None:
+        base = self.sys / "module"
+        for entry in os.listdir(base):
+            if entry not in state.modules:
+                shutil.rmtree(base / entry)
+        for module, params in state.modules.items():
+            d = base / module
+            (d / "parameters").mkdir(parents=True, exist_ok=True)
+            for entry in os.listdir(d / "parameters"):
+                if entry not in params:
+                    os.unlink(d / "parameters" / entry)
+            for key, value in params.items():
+                write(d / "parameters" / key, value + "\n", RW)
+            if module in state.module_versions:
+                write(d / "version", state.module_versions[module] + "\n")
+            write(d / "initstate", "live\n")
+            write(d / "refcnt", "0\n")
+            drv = drivers.driver_of(module)
+            links = {f"pci:{drv}": self.sys / "bus/pci/drivers" / drv} if drv in registered_drivers(state) else {}
+            self._sync_links(d / "drivers", links)
+
+    def _iommu_units(self, state: SimState) -> None:
+        base = self.sys / "class/iommu"
+        units = {}
+        if state.iommu:
+            iommus = [f for f in state.sorted_functions() if f.kind == "iommu"]
+            for n, f in enumerate(iommus):
+                target = self.device_dir(state, f) / "iommu" / f"ivhd{n}"
+                target.mkdir(parents=True, exist_ok=True)
+                units[f"ivhd{n}"] = target
+        self._sync_links(base, units)
+
+    def _misc(self, state: SimState) -> None:
+        for size in ("2048", "1048576"):
+            d = self.sys / f"kernel/mm/hugepages/hugepages-{size}kB"
+            d.mkdir(parents=True, exist_ok=True)
+            write(d / "nr_hugepages", f"{state.hugepages.get(size, 0)}\n", RW)
+            write(d / "free_hugepages", f"{state.hugepages.get(size, 0)}\n")
+
+    def _proc(self, state: SimState) -> None:
+        proc = self.root / "proc"
+        proc.mkdir(exist_ok=True)
+        write(proc / "cmdline", state.cmdline + "\n")
+        write(proc / "cpuinfo", f"processor\t: 0\nvendor_id\t: {state.cpu_vendor}\n\n")
+        for entry in os.listdir(proc):
+            if entry.isdigit() and entry not in state.holders:
+                shutil.rmtree(proc / entry)
+        for pid, holder in state.holders.items():
+            (proc / pid / "fd").mkdir(parents=True, exist_ok=True)
+            write(proc / pid / "comm", holder.comm + "\n")
+            link(proc / pid / "fd" / "3", f"/dev/vfio/{holder.group}")
+
+    def _dev(self, state: SimState) -> None:
+        vfio = self.root / "dev/vfio"
+        groups = {f.iommu_group for f in state.functions.values()
+                  if f.driver == "vfio-pci" and f.iommu_group is not None}
+        if "vfio" not in state.modules and not groups:
+            shutil.rmtree(vfio, ignore_errors=True)
+            return
+        vfio.mkdir(parents=True, exist_ok=True)
+        for entry in os.listdir(vfio):
+            if entry.isdigit() and int(entry) not in groups:
+                os.unlink(vfio / entry)
+        write(vfio / "vfio", "", 0o666)
+        for g in groups:
+            if not (vfio / str(g)).exists():
+                write(vfio / str(g), "", 0o600)
+
+
+def registered_drivers(state: SimState) -> dict[str, str | None]:
+    """PCI driver name -> module registering it (None: built in)."""
+    out: dict[str, str | None] = {d: None for d in drivers.BUILTIN_DRIVERS}
+    for module in state.modules:
+        out[drivers.driver_of(module)] = module
+    return out
+
+
+def _attributes(f: Function) -> dict[str, str]:
+    attrs = {"vendor": f"0x{f.vendor:04x}", "device": f"0x{f.device:04x}",
+             "subsystem_vendor": f"0x{f.subsystem_vendor:04x}", "subsystem_device": f"0x{f.subsystem_device:04x}",
+             "class": f"0x{f.class_code:06x}", "revision": f"0x{f.revision:02x}", "numa_node": str(f.numa_node),
+             "driver_override": f.driver_override or "(null)", "modalias": _modalias(f),
+             "uevent": _uevent(f).rstrip("\n"), "enable": "1" if f.driver else "0", "irq": "0"}
+    if f.link:
+        speed, width, max_speed, max_width = f.link
+        attrs.update(current_link_speed=speed, current_link_width=str(width),
+                     max_link_speed=max_speed, max_link_width=str(max_width))
+    return attrs
+
+
+def _modalias(f: Function) -> str:
+    c = f.class_code
+    return (f"pci:v{f.vendor:08X}d{f.device:08X}sv{f.subsystem_vendor:08X}sd{f.subsystem_device:08X}"
+            f"bc{c >> 16:02X}sc{(c >> 8) & 0xFF:02X}i{c & 0xFF:02X}")
+
+
+def _uevent(f: Function) -> str:
+    lines = [f"DRIVER={f.driver}"] if f.driver else []
+    lines += [f"PCI_CLASS={f.class_code:X}", f"PCI_ID={f.vendor:04X}:{f.device:04X}",
+              f"PCI_SUBSYS_ID={f.subsystem_vendor:04X}:{f.subsystem_device:04X}",
+              f"PCI_SLOT_NAME={f.address}", f"MODALIAS={_modalias(f)}"]
+    return "\n".join(lines) + "\n"
+
+
+def _resource(f: Function) -> str:
+    rows = [(0, 0, 0)] * (_BRIDGE_RESOURCE_LINES if f.is_bridge else _RESOURCE_LINES)
+    for bar in f.bars:
+        rows[bar.index] = (bar.start, bar.start + bar.size - 1, bar.flags)
+    if f.sriov:
+        for bar in f.sriov.vf_bars:
+            size = bar.size * f.sriov.total_vfs
+            rows[7 + bar.index] = (bar.start, bar.start + size - 1, bar.flags)
+    return "".join(f"0x{s:016x} 0x{e:016x} 0x{fl:016x}\n" for s, e, fl in rows)
