@@ -96,11 +96,33 @@ def probe(ctx: Ctx, pf: Function) -> None:
                 f"VF number {vf_num} to be enabled exceeds the vf limit {pf.sriov.total_vfs}", "error")
         _set_modes(pf, 1, "SPX", "NPS1")
         return
+    needed = _min_gim(model, vf_num)
+    version = ctx.state.module_versions.get("gim", "")
+    if needed and _version(version) < _version(needed):
+        # release notes: MI350X/MI355X 1 VF from GIM 8.5, 2 and 8 VFs from 9.1 (HARDWARE.md 3)
+        gim_log(ctx, pf, "amdgv_gpuiov_set_vf_num:409",
+                f"VF number {vf_num} is not supported on {model.name} by GIM {version} (needs {needed})", "error")
+        _set_modes(pf, 1, "SPX", "NPS1")
+        return
     compute, memory = _partition(ctx, pf, model, vf_num, index)
     _set_modes(pf, vf_num, compute, memory)
     ctx.state.gim_saved[pf.address] = GimSaved(vf_num=vf_num, compute=compute, memory=memory)
     gim_log(ctx, pf, "mi300_gpuiov_enable_sriov:233", f"enable {vf_num} VF(s), {compute}/{memory}")
     create_vfs(ctx, pf, vf_num)
+
+
+def _min_gim(model, vf_num: int) -> str | None:
+    combo = model.default_combo(vf_num)
+    return combo.min_gim if combo else None
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split("."):
+        if not piece.isdigit():
+            break
+        parts.append(int(piece))
+    return tuple(parts)
 
 
 def _set_modes(pf: Function, vf_num: int, compute: str, memory: str) -> None:

@@ -43,8 +43,16 @@ def link(path: Path, target: str) -> None:
     os.symlink(target, path)
 
 
-def _rel(path: Path, target: Path) -> str:
-    return os.path.relpath(target, path.parent)
+def _rel(path: Path | str, target: Path | str) -> str:
+    """The shortest relative link from ``path`` to ``target``, as sysfs writes them."""
+    src = str(path).split("/")[:-1]
+    dst = str(target).split("/")
+    common = 0
+    for a, b in zip(src, dst):
+        if a != b:
+            break
+        common += 1
+    return "/".join([".."] * (len(src) - common) + dst[common:])
 
 
 class Tree:
@@ -53,8 +61,15 @@ class Tree:
     def __init__(self, root: Path):
         self.root = Path(root)
         self.sys = self.root / "sys"
+        self._dirs: dict[str, Path] = {}  # an address always sits under the same bridges
 
     def device_dir(self, state: SimState, f: Function) -> Path:
+        cached = self._dirs.get(f.address)
+        if cached is None:
+            cached = self._dirs[f.address] = self._device_dir(state, f)
+        return cached
+
+    def _device_dir(self, state: SimState, f: Function) -> Path:
         chain = [f.address]
         top = f
         while top.parent is not None:
@@ -86,22 +101,32 @@ class Tree:
 
     # -- one function ------------------------------------------------------------------------
     def render_function(self, state: SimState, f: Function) -> None:
+        """Write the function's directory; attributes that never change only when it is new."""
         d = self.device_dir(state, f)
-        d.mkdir(parents=True, exist_ok=True)
+        if not d.is_dir():
+            d.mkdir(parents=True)
+            self._static(f, d)
+        write(d / "driver_override", (f.driver_override or "(null)") + "\n", RW)
+        write(d / "uevent", _uevent(f))
+        write(d / "enable", "1\n" if f.driver else "0\n")
+        if f.sriov:
+            write(d / "sriov_numvfs", f"{f.sriov.num_vfs}\n", RW)
+        self._links(state, f, d)
+        self._partition_attrs(f, d)
+
+    @staticmethod
+    def _static(f: Function, d: Path) -> None:
         for name, value in _attributes(f).items():
-            write(d / name, value + "\n", RW if name == "driver_override" else RO)
+            write(d / name, value + "\n")
         if f.sriov:
             for name, value in (("sriov_totalvfs", f.sriov.total_vfs), ("sriov_offset", f.sriov.offset),
                                 ("sriov_stride", f.sriov.stride)):
                 write(d / name, f"{value}\n")
             write(d / "sriov_vf_device", f"{f.sriov.vf_device:x}\n")
-            write(d / "sriov_numvfs", f"{f.sriov.num_vfs}\n", RW)
             write(d / "sriov_drivers_autoprobe", "1\n", RW)
         write(d / "resource", _resource(f))
         for name in ("remove", "reset", "rescan"):
             write(d / name, "", WO)
-        self._links(state, f, d)
-        self._partition_attrs(f, d)
 
     def _links(self, state: SimState, f: Function, d: Path) -> None:
         link(d / "subsystem", _rel(d / "subsystem", self.sys / "bus/pci"))
@@ -162,12 +187,20 @@ class Tree:
         self._dev(state)
 
     def _sync_links(self, directory: Path, wanted: dict[str, Path]) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        for entry in os.listdir(directory):
-            if entry not in wanted and os.path.islink(directory / entry):
-                os.unlink(directory / entry)
+        os.makedirs(directory, exist_ok=True)
+        base = str(directory)
+        existing = {}
+        for entry in os.scandir(base):
+            if entry.is_symlink():
+                existing[entry.name] = os.readlink(entry.path)
+        for name in existing.keys() - wanted.keys():
+            os.unlink(f"{base}/{name}")
         for name, target in wanted.items():
-            link(directory / name, _rel(directory / name, target))
+            rel = _rel(f"{base}/{name}", target)
+            if existing.get(name) != rel:
+                if name in existing:
+                    os.unlink(f"{base}/{name}")
+                os.symlink(rel, f"{base}/{name}")
 
     def _bus_links(self, state: SimState) -> None:
         self._sync_links(self.sys / "bus/pci/devices",
@@ -203,7 +236,8 @@ class Tree:
         for number, members in groups.items():
             d = base / str(number)
             d.mkdir(exist_ok=True)
-            write(d / "type", kind + "\n", RW)
+            if not (d / "type").exists():
+                write(d / "type", kind + "\n", RW)
             self._sync_links(d / "devices", {f.address: self.device_dir(state, f) for f in members})
 
     def _modules(self, state: SimState) -> None:
@@ -287,8 +321,7 @@ def _attributes(f: Function) -> dict[str, str]:
     attrs = {"vendor": f"0x{f.vendor:04x}", "device": f"0x{f.device:04x}",
              "subsystem_vendor": f"0x{f.subsystem_vendor:04x}", "subsystem_device": f"0x{f.subsystem_device:04x}",
              "class": f"0x{f.class_code:06x}", "revision": f"0x{f.revision:02x}", "numa_node": str(f.numa_node),
-             "driver_override": f.driver_override or "(null)", "modalias": _modalias(f),
-             "uevent": _uevent(f).rstrip("\n"), "enable": "1" if f.driver else "0", "irq": "0"}
+             "modalias": _modalias(f), "irq": "0"}
     if f.link:
         speed, width, max_speed, max_width = f.link
         attrs.update(current_link_speed=speed, current_link_width=str(width),
