@@ -58,6 +58,17 @@ class SimHost:
         host.kernel.fresh_state()  # validates, and repairs a tree a crash left behind
         return host
 
+    @staticmethod
+    def exists(state_dir: Path) -> bool:
+        """Whether ``state_dir`` holds a simulated host (it may still be corrupt: open() says)."""
+        return (Path(state_dir) / STATE_FILE).is_file()
+
+    def is_machine(self, machine: str | Path | MachineSpec) -> bool:
+        """Whether this host was built from ``machine`` (a name, a spec file, or a spec).
+        Raises InputError when ``machine`` itself is unknown or malformed."""
+        spec = machine if isinstance(machine, MachineSpec) else load_spec(machine)
+        return spec.model_dump(mode="json") == self.state.machine
+
     # -- views ------------------------------------------------------------------------------
     @property
     def state(self) -> SimState:
