@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from simhelp import bind_vfio, dev, driver, fresh_host, group, read, vfs
+from simhelp import place, bind_vfio, dev, driver, fresh_host, group, read, vfs
 
 from vgpu.errors import HostError, InputError
 from vgpu.host.kernel import KernelOps
@@ -233,7 +233,7 @@ state:
   modules: {gim: {}, vfio_pci: {}}
 """)
     from vgpu.sim import SimHost
-    host = SimHost.create(tmp_path / "h", spec)
+    host = SimHost.create(place(tmp_path), spec)
     assert os.listdir(host.sys_root / "class/iommu") == []
     assert os.listdir(host.sys_root / "kernel/iommu_groups") == []
     bind_vfio(host, VF)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from simhelp import place
+
 from vgpu.errors import InputError
 from vgpu.sim import SimHost
 
@@ -16,7 +18,7 @@ GPUS = ["0000:05:00.0", "0000:26:00.0", "0000:46:00.0", "0000:65:00.0",
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory) -> SimHost:
-    return SimHost.create(tmp_path_factory.mktemp("sim") / "host", "8xmi300x")
+    return SimHost.create(place(tmp_path_factory.mktemp("sim")), "8xmi300x")
 
 
 def dev(host: SimHost, address: str) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from simhelp import bind_vfio, dev, driver, fresh_host, gim_pfs, group, read, vfs
+from simhelp import place, bind_vfio, dev, driver, fresh_host, gim_pfs, group, read, vfs
 
 from vgpu.errors import HostError
 from vgpu.sim import SimHost
@@ -16,6 +16,10 @@ PF = "0000:85:00.0"
 @pytest.fixture
 def host(tmp_path):
     return fresh_host(tmp_path)
+
+
+def modes(host, pf):
+    return read(dev(host, pf) / "spatial_partition_mode"), read(dev(host, pf) / "memory_partition_mode")
 
 
 def reload(host, **params):
@@ -105,20 +109,16 @@ def test_accelerator_and_memory_modes_from_gim_config_apply_when_the_pair_is_val
         "vf_num=1,4\naccelerator_partition_mode=8,4\nmemory_partition_mode=4,4\n")
     reload(host)
     first, second = gim_pfs(host)[:2]
-    assert (read(dev(host, first) / "spatial_partition_mode"), read(dev(host, first) / "memory_partition_mode")) \
-        == ("CPX", "NPS4")
-    assert (read(dev(host, second) / "spatial_partition_mode"),
-            read(dev(host, second) / "memory_partition_mode")) == ("QPX", "NPS4")
+    assert modes(host, first) == ("CPX", "NPS4")
+    assert modes(host, second) == ("QPX", "NPS4")
 
 
 def test_invalid_partition_pair_falls_back_silently_to_nps1_and_default_compute(host):
     reload(host, vf_num="2,1", memory_partition_mode="4,4", accelerator_partition_mode="2,4")
     first, second = gim_pfs(host)[:2]
     assert read(dev(host, first) / "sriov_numvfs") == "2"  # the VFs still come
-    assert (read(dev(host, first) / "spatial_partition_mode"), read(dev(host, first) / "memory_partition_mode")) \
-        == ("DPX", "NPS1")
-    assert (read(dev(host, second) / "spatial_partition_mode"),
-            read(dev(host, second) / "memory_partition_mode")) == ("SPX", "NPS1")
+    assert modes(host, first) == ("DPX", "NPS1")
+    assert modes(host, second) == ("SPX", "NPS1")
 
 
 def test_memory_partition_write_accepts_a_valid_pair(host):
@@ -236,7 +236,7 @@ state:
   modules: {gim: {vf_num: "8"}}
   module_versions: {gim: "8.5.0.K"}
 """)
-    host = SimHost.create(tmp_path / "h", spec)  # release notes: MI355X 2 and 8 VFs need GIM 9.1
+    host = SimHost.create(place(tmp_path), spec)  # release notes: MI355X 2 and 8 VFs need GIM 9.1
     assert read(dev(host, PF) / "sriov_numvfs") == "0"
     assert "needs 9.1" in host.dmesg()
     reload(host, vf_num="1")

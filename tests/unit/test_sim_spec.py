@@ -7,7 +7,7 @@ import textwrap
 import time
 
 import pytest
-from simhelp import dev, driver, read, vfs
+from simhelp import place, dev, driver, read, vfs
 
 from vgpu.catalog import DEFAULT as CATALOG
 from vgpu.errors import InputError
@@ -36,7 +36,7 @@ def test_list_machines_names_every_shipped_machine_with_a_one_line_description()
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_every_shipped_machine_builds_and_its_gpus_match_the_catalog(tmp_path, name):
-    host = SimHost.create(tmp_path / "h", name)
+    host = SimHost.create(place(tmp_path), name)
     assert host.machine.name == name
     gpus = [a for a in os.listdir(host.sys_root / "bus/pci/devices")
             if read(dev(host, a) / "vendor") == "0x1002"
@@ -45,7 +45,7 @@ def test_every_shipped_machine_builds_and_its_gpus_match_the_catalog(tmp_path, n
 
 
 def test_mixed_machine_has_amdgpu_bound_gpu_and_a_shared_iommu_group(tmp_path):
-    host = SimHost.create(tmp_path / "h", "mixed")
+    host = SimHost.create(place(tmp_path), "mixed")
     assert driver(host, "0000:05:00.0") == "amdgpu"
     assert read(dev(host, "0000:05:00.0") / "current_compute_partition") == "SPX"
     group = os.readlink(dev(host, "0000:26:00.0") / "iommu_group").rsplit("/", 1)[1]
@@ -58,7 +58,7 @@ def test_mixed_machine_has_amdgpu_bound_gpu_and_a_shared_iommu_group(tmp_path):
 
 def test_building_default_machine_and_loading_gim_with_8_vfs_is_fast(tmp_path):
     start = time.perf_counter()
-    host = SimHost.create(tmp_path / "h")
+    host = SimHost.create(place(tmp_path))
     host.kernel.unload_module("gim")
     host.kernel.load_module("gim", {"vf_num": ",".join(["8"] * 8)})
     elapsed = time.perf_counter() - start
@@ -77,7 +77,7 @@ state:
   modprobe_d: {gim.conf: "options gim vf_num=4"}
   gim_config: "vf_num=4\\n"
 """)
-    host = SimHost.create(tmp_path / "h", path)
+    host = SimHost.create(place(tmp_path), path)
     assert [driver(host, vf) for vf in vfs(host, "0000:85:00.0")] == ["vfio-pci"] * 4
     assert read(host.root / "proc/cmdline") == "ro intel_iommu=on iommu=pt"
     assert "GenuineIntel" in read(host.root / "proc/cpuinfo")
@@ -113,10 +113,12 @@ def test_missing_spec_file_is_reported(tmp_path):
     (MINIMAL.replace('path: ["0000:80:01.1"]', 'path: ["0000:80:01.1"], bars: [{index: 0, size: 3M}]'),
      "not a power of two"),
     (MINIMAL.replace('path: ["0000:80:01.1"]', 'path: ["0000:80:01.1"], vendor: "1002"'), "hex number"),
-    (MINIMAL.replace('path: ["0000:80:01.1"]', 'path: ["0000:80:01.1"], sriov: {total_vfs: 2, initial_vfs: 3}'),
+    (MINIMAL.replace('path: ["0000:80:01.1"]',
+                     'path: ["0000:80:01.1"], sriov: {total_vfs: 2, initial_vfs: 3}'),
      "initial_vfs 3 is above total_vfs 2"),
     (MINIMAL + '  - {address: "0000:85:00.0", kind: nvme}\n', "declared twice"),
-    (MINIMAL + '  - {address: "0000:86:00.0", kind: other, vendor: 0x8086, device: 0x1}\n', "needs class_code"),
+    (MINIMAL + '  - {address: "0000:86:00.0", kind: other, vendor: 0x8086, device: 0x1}\n',
+     "needs class_code"),
     (MINIMAL + '  - {address: "0000:86:00.0", kind: nvme, iommu_group_with: "0000:99:00.0"}\n',
      "is not a function here"),
     (MINIMAL + "state: {modprobe_d: {'../evil': x}}\n", "must be a plain name ending in .conf"),
@@ -138,4 +140,15 @@ def test_malformed_spec_gives_one_line_input_error(tmp_path, text, message):
 def test_specs_the_kernel_could_not_boot_are_refused_at_build(tmp_path, extra, message):
     text = MINIMAL.replace('path: ["0000:80:01.1"]', 'sriov: {total_vfs: 8}, path: ["0000:80:01.1"]') + extra
     with pytest.raises(InputError, match=message):
-        SimHost.create(tmp_path / "h", spec_file(tmp_path, text))
+        SimHost.create(place(tmp_path), spec_file(tmp_path, text))
+
+
+def test_a_spec_that_cannot_boot_leaves_the_existing_host_alone(tmp_path):
+    where = place(tmp_path)
+    SimHost.create(where, spec_file(tmp_path, MINIMAL))
+    bad = MINIMAL.replace("name: tiny", "name: bad") + "state: {modules: {gim: {vfnum: '4'}}}\n"
+    (tmp_path / "bad.yaml").write_text(bad)
+    with pytest.raises(InputError, match="unknown parameter"):
+        SimHost.create(where, tmp_path / "bad.yaml")
+    assert SimHost.open(where).machine.name == "tiny"
+    assert [p.name for p in where.parent.iterdir()] == ["h"]  # no staging directory left

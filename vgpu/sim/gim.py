@@ -43,7 +43,8 @@ def read_config(ctx: Ctx, text: str | None) -> tuple[dict[str, list[str]], bool]
     return settings, False
 
 
-def effective_settings(ctx: Ctx, params: dict[str, str], config: dict[str, list[str]]) -> dict[str, list[str]]:
+def effective_settings(ctx: Ctx, params: dict[str, str],
+                       config: dict[str, list[str]]) -> dict[str, list[str]]:
     """Module parameters override the config file, key by key."""
     out = dict(config)
     for key in CONFIG_KEYS:
@@ -101,7 +102,8 @@ def probe(ctx: Ctx, pf: Function) -> None:
     if needed and _version(version) < _version(needed):
         # release notes: MI350X/MI355X 1 VF from GIM 8.5, 2 and 8 VFs from 9.1 (HARDWARE.md 3)
         gim_log(ctx, pf, "amdgv_gpuiov_set_vf_num:409",
-                f"VF number {vf_num} is not supported on {model.name} by GIM {version} (needs {needed})", "error")
+                f"VF number {vf_num} is not supported on {model.name} by GIM {version} (needs {needed})",
+                "error")
         _set_modes(pf, 1, "SPX", "NPS1")
         return
     compute, memory = _partition(ctx, pf, model, vf_num, index)
@@ -171,8 +173,8 @@ def write_partition(ctx: Ctx, pf: Function, attr: str, value: str) -> None:
     if vf_num == 0 or not _valid(model, vf_num, compute, memory):
         gim_log(ctx, pf, "amdgv_set_partition_mode:655",
                 f"invalid partition {compute}/{memory} for {vf_num} VF(s)", "error")
-        raise HostError(f"writing {value.strip()!r} to {pf.address}/{attr} failed: Invalid argument (EINVAL): "
-                        f"{compute}/{memory} is not valid with {vf_num} VF(s) on {model.name}")
+        raise HostError(f"writing {value.strip()!r} to {pf.address}/{attr} failed: Invalid argument "
+                        f"(EINVAL): {compute}/{memory} is not valid with {vf_num} VF(s) on {model.name}")
     ensure_not_held(ctx, ctx.state.vfs_of(pf), f"changing the partition of {pf.address}")
     pf.compute_partition, pf.memory_partition = compute, memory
     ctx.state.gim_saved[pf.address] = GimSaved(vf_num=vf_num, compute=compute, memory=memory)

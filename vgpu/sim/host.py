@@ -7,7 +7,9 @@ goes through ``host.kernel`` (``vgpu.sim.kernel.SimKernel``), so separate proces
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from vgpu.errors import HostError, InputError
@@ -36,15 +38,27 @@ class SimHost:
         """Wipe ``state_dir`` (only if empty or a simulated host) and build ``machine`` in it.
         Raises InputError for an unknown machine, a malformed spec or a foreign directory."""
         spec = machine if isinstance(machine, MachineSpec) else load_spec(machine)
-        state = build_state(spec)
         state_dir = Path(state_dir)
-        _prepare(state_dir)
+        _check_ours(state_dir)
+        state = build_state(spec)
+        # boot in a staging directory first: a spec that cannot boot leaves the old host alone
+        state_dir.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{state_dir.name}.new-", dir=state_dir.parent))
+        try:
+            _write_etc(staging / ROOT_NAME, spec)
+            ctx = Ctx(state)
+            ctx.log("Linux version 6.8.0-sim (vgpu simulated host) #1 SMP PREEMPT_DYNAMIC")
+            ctx.log(f"Command line: {state.cmdline}")
+            _boot(ctx, staging / ROOT_NAME, spec)
+            _check_ours(state_dir)
+            if state_dir.exists():
+                shutil.rmtree(state_dir)
+            os.replace(staging, state_dir)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        os.chmod(state_dir, 0o755)
         host = cls(state_dir)
-        host._write_etc(spec)
-        ctx = Ctx(state)
-        ctx.log("Linux version 6.8.0-sim (vgpu simulated host) #1 SMP PREEMPT_DYNAMIC")
-        ctx.log(f"Command line: {state.cmdline}")
-        _boot(ctx, host.root, spec)
         save_state(state_dir, state)
         Tree(host.root).render_all(state)
         (host.root / LOG_NAME).write_text("\n".join(ctx.log_lines) + "\n")
@@ -93,7 +107,8 @@ class SimHost:
             raise InputError(f"process name {comm!r} must be 1-15 printable characters without '/'")
 
         def add(ctx: Ctx) -> int:
-            if not any(f.iommu_group == group and f.driver == "vfio-pci" for f in ctx.state.functions.values()):
+            members = [f for f in ctx.state.functions.values() if f.iommu_group == group]
+            if not any(f.driver == "vfio-pci" for f in members):
                 raise HostError(f"cannot open /dev/vfio/{group}: No such file or directory "
                                 "(no member of that IOMMU group is bound to vfio-pci)")
             pid = ctx.state.next_pid
@@ -108,30 +123,25 @@ class SimHost:
                 raise HostError(f"no simulated process with pid {pid}")
         self.kernel.transaction(f"remove_holder:{pid}", remove, faultable=False)
 
-    def _write_etc(self, spec: MachineSpec) -> None:
-        conf = self.root / "etc" / "modprobe.d"
-        conf.mkdir(parents=True, exist_ok=True)
-        for name, text in spec.state.modprobe_d.items():
-            write_atomic(conf / name, text if text.endswith("\n") else text + "\n")
-        if spec.state.gim_config is not None:
-            write_atomic(self.root / "etc" / "gim_config", spec.state.gim_config)
 
-
-def _prepare(state_dir: Path) -> None:
-    """Empty ``state_dir`` for a new host, refusing to wipe a directory that is not one of ours."""
+def _check_ours(state_dir: Path) -> None:
+    """Refuse to replace a directory that is not a simulated host (or empty)."""
     if state_dir.exists():
         if not state_dir.is_dir():
             raise InputError(f"simulated host directory {state_dir} is a file")
-        entries = set(p.name for p in state_dir.iterdir())
+        entries = {p.name for p in state_dir.iterdir()}
         if entries and STATE_FILE not in entries and ROOT_NAME not in entries:
             raise InputError(f"refusing to wipe {state_dir}: it is not empty and holds no simulated host",
                              hint="choose an empty or new directory for the simulated host")
-        for entry in state_dir.iterdir():
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-    state_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _write_etc(root: Path, spec: MachineSpec) -> None:
+    conf = root / "etc" / "modprobe.d"
+    conf.mkdir(parents=True, exist_ok=True)
+    for name, text in spec.state.modprobe_d.items():
+        write_atomic(conf / name, text if text.endswith("\n") else text + "\n")
+    if spec.state.gim_config is not None:
+        write_atomic(root / "etc" / "gim_config", spec.state.gim_config)
 
 
 def _boot(ctx: Ctx, root: Path, spec: MachineSpec) -> None:

@@ -42,7 +42,8 @@ class SimKernel:
 
     # -- KernelOps --------------------------------------------------------------------------
     def load_module(self, name: str, params: Mapping[str, str] | None = None) -> None:
-        self.transaction(f"load_module:{name}", lambda ctx: modules.load(ctx, self.root, name, dict(params or {})))
+        self.transaction(f"load_module:{name}",
+                         lambda ctx: modules.load(ctx, self.root, name, dict(params or {})))
 
     def unload_module(self, name: str) -> None:
         self.transaction(f"unload_module:{name}", lambda ctx: modules.unload(ctx, name))
@@ -177,10 +178,11 @@ class SimKernel:
             pcicore.unbind(ctx, f)
         elif name == "bind":
             if f.driver is not None or not pcicore.matches(ctx.state, f, driver):
-                raise HostError(f"writing {f.address} to {path} failed: No such device (ENODEV): "
-                                + (f"it is bound to {f.driver}" if f.driver else f"{driver} does not match it"))
+                why = f"it is bound to {f.driver}" if f.driver else f"{driver} does not match it"
+                raise HostError(f"writing {f.address} to {path} failed: No such device (ENODEV): {why}")
             if not pcicore.bind(ctx, f, driver):
-                raise HostError(f"writing {f.address} to {path} failed: Invalid argument (EINVAL): probe failed")
+                raise HostError(f"writing {f.address} to {path} failed: Invalid argument (EINVAL): "
+                                "probe failed")
         else:
             _refuse(path)
 

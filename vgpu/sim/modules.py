@@ -62,7 +62,8 @@ def load(ctx: Ctx, root: Path, name: str, params: dict[str, str]) -> None:
     module = drivers.normalize(name)
     state = ctx.state
     if module not in state.available_modules:
-        raise HostError(f"modprobe: FATAL: Module {name} not found in directory /lib/modules/{KERNEL_RELEASE}")
+        raise HostError(f"modprobe: FATAL: Module {name} not found in directory "
+                        f"/lib/modules/{KERNEL_RELEASE}")
     if module in state.modules:
         return
     options, installs = modprobe_d(root / "etc")
@@ -117,7 +118,8 @@ def unload(ctx: Ctx, name: str) -> None:
     module = drivers.normalize(name)
     state = ctx.state
     if module not in state.available_modules:
-        raise HostError(f"modprobe: FATAL: Module {name} not found in directory /lib/modules/{KERNEL_RELEASE}")
+        raise HostError(f"modprobe: FATAL: Module {name} not found in directory "
+                        f"/lib/modules/{KERNEL_RELEASE}")
     if module not in state.modules:
         return
     users = [m for m, deps in _DEPENDS.items() if module in deps and m in state.modules]

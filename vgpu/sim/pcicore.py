@@ -202,7 +202,8 @@ def write_sriov_numvfs(ctx: Ctx, pf: Function, value: str) -> None:
         raise HostError(f"{pf.address}: driver {pf.driver} does not support SRIOV configuration via sysfs "
                         "(ENOENT)", hint="GIM creates VFs from its vf_num parameter: reload gim instead")
     if count and pf.sriov.num_vfs:
-        ctx.log(f"pci {pf.address}: {pf.sriov.num_vfs} VFs already enabled. Disable before enabling {count} VFs")
+        ctx.log(f"pci {pf.address}: {pf.sriov.num_vfs} VFs already enabled. "
+                f"Disable before enabling {count} VFs")
         raise HostError(f"{pf.address}: {pf.sriov.num_vfs} VFs already enabled; write 0 first (EBUSY)")
     if count == 0:
         remove_vfs(ctx, pf)

@@ -144,7 +144,8 @@ class FunctionSpec(_Strict):
         indexes = [b.index for b in self.bars or ()]
         taken = indexes + [b.index + 1 for b in self.bars or () if b.type.startswith("mem64")]
         if len(taken) != len(set(taken)):
-            raise ValueError(f"BARs overlap: indexes {sorted(indexes)} (a 64-bit BAR also takes the next slot)")
+            raise ValueError(f"BARs overlap: indexes {sorted(indexes)} "
+                             "(a 64-bit BAR also takes the next slot)")
         return self
 
 
@@ -163,8 +164,8 @@ class StateSpec(_Strict):
     @classmethod
     def _params_as_strings(cls, value: object) -> object:
         if isinstance(value, dict):
-            return {k: {pk: _param_text(pv) for pk, pv in (v or {}).items()} if isinstance(v, dict) or v is None
-                    else v for k, v in value.items()}
+            return {k: ({pk: _param_text(pv) for pk, pv in (v or {}).items()}
+                        if isinstance(v, dict) or v is None else v) for k, v in value.items()}
         return value
 
     @field_validator("hugepages")

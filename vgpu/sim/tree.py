@@ -218,7 +218,8 @@ class Tree:
             for name in ("bind", "unbind", "new_id", "remove_id"):
                 write(d / name, "", WO)
             write(d / "uevent", "", WO)
-            bound = {f.address: self.device_dir(state, f) for f in state.functions.values() if f.driver == drv}
+            bound = {f.address: self.device_dir(state, f)
+                     for f in state.functions.values() if f.driver == drv}
             if module:
                 bound["module"] = self.sys / "module" / module
             self._sync_links(d, bound)
@@ -258,7 +259,8 @@ class Tree:
             write(d / "initstate", "live\n")
             write(d / "refcnt", "0\n")
             drv = drivers.driver_of(module)
-            links = {f"pci:{drv}": self.sys / "bus/pci/drivers" / drv} if drv in registered_drivers(state) else {}
+            registered = drv in registered_drivers(state)
+            links = {f"pci:{drv}": self.sys / "bus/pci/drivers" / drv} if registered else {}
             self._sync_links(d / "drivers", links)
 
     def _iommu_units(self, state: SimState) -> None:
@@ -319,8 +321,9 @@ def registered_drivers(state: SimState) -> dict[str, str | None]:
 
 def _attributes(f: Function) -> dict[str, str]:
     attrs = {"vendor": f"0x{f.vendor:04x}", "device": f"0x{f.device:04x}",
-             "subsystem_vendor": f"0x{f.subsystem_vendor:04x}", "subsystem_device": f"0x{f.subsystem_device:04x}",
-             "class": f"0x{f.class_code:06x}", "revision": f"0x{f.revision:02x}", "numa_node": str(f.numa_node),
+             "subsystem_vendor": f"0x{f.subsystem_vendor:04x}",
+             "subsystem_device": f"0x{f.subsystem_device:04x}", "class": f"0x{f.class_code:06x}",
+             "revision": f"0x{f.revision:02x}", "numa_node": str(f.numa_node),
              "modalias": _modalias(f), "irq": "0"}
     if f.link:
         speed, width, max_speed, max_width = f.link
