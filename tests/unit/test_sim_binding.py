@@ -152,6 +152,13 @@ def test_install_false_in_modprobe_d_blocks_loading(host):
         host.kernel.load_module("amdgpu")
 
 
+def test_a_holder_on_a_vf_blocks_unloading_gim_even_before_vfio_binding(host):
+    pid = host.add_holder(group(host, VF), "qemu-kvm")
+    with pytest.raises(HostError, match=f"process {pid}"):
+        host.kernel.unload_module("gim")
+    assert dev(host, VF).exists()
+
+
 def test_unbinding_a_held_vfio_device_fails_and_names_the_process(host):
     bind_vfio(host, VF)
     pid = host.add_holder(group(host, VF), "qemu-kvm")
@@ -167,9 +174,9 @@ def test_unbinding_a_held_vfio_device_fails_and_names_the_process(host):
     assert not (host.root / f"dev/vfio/{group(host, VF)}").exists()
 
 
-def test_a_holder_needs_an_existing_vfio_group_node(host):
-    with pytest.raises(HostError, match="No such file"):
-        host.add_holder(group(host, VF), "qemu")
+def test_a_holder_needs_an_existing_iommu_group_and_a_valid_name(host):
+    with pytest.raises(HostError, match="no such IOMMU group"):
+        host.add_holder(9999, "qemu")
     with pytest.raises(InputError):
         host.add_holder(group(host, VF), "a/b")
     with pytest.raises(HostError, match="no simulated process"):

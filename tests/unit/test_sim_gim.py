@@ -241,3 +241,13 @@ state:
     assert "needs 9.1" in host.dmesg()
     reload(host, vf_num="1")
     assert read(dev(host, PF) / "sriov_numvfs") == "1"
+
+
+def test_group_numbers_freed_by_removed_vfs_are_reused_lowest_first(host):
+    before = {vf: group(host, vf) for pf in gim_pfs(host) for vf in vfs(host, pf)}
+    reload(host)
+    assert {vf: group(host, vf) for pf in gim_pfs(host) for vf in vfs(host, pf)} == before
+    reload(host, vf_num="2,2,2,2,2,2,2,2")
+    groups = sorted(group(host, vf) for pf in gim_pfs(host) for vf in vfs(host, pf))
+    taken = {int(g) for g in os.listdir(host.sys_root / "kernel/iommu_groups")} - set(groups)
+    assert groups == sorted(set(range(max(groups) + 1)) - taken)  # no hole left below the highest

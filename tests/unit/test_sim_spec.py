@@ -152,3 +152,16 @@ def test_a_spec_that_cannot_boot_leaves_the_existing_host_alone(tmp_path):
         SimHost.create(where, tmp_path / "bad.yaml")
     assert SimHost.open(where).machine.name == "tiny"
     assert [p.name for p in where.parent.iterdir()] == ["h"]  # no staging directory left
+
+
+def test_iommu_group_sharing_follows_chains_and_refuses_cycles(tmp_path):
+    extra = '  - {address: "0000:85:00.%d", kind: other, vendor: 0x1002, device: 0x%d, class_code: 0x040300, ' \
+            'iommu_group_with: "%s", path: ["0000:80:01.1"]}\n'
+    chain = MINIMAL + extra % (1, 1, "0000:85:00.2") + extra % (2, 2, "0000:85:00.0")
+    host = SimHost.create(place(tmp_path), spec_file(tmp_path, chain))
+    functions = ("0000:85:00.0", "0000:85:00.1", "0000:85:00.2")
+    groups = {os.readlink(dev(host, a) / "iommu_group") for a in functions}
+    assert len(groups) == 1
+    cycle = chain.replace('iommu_group_with: "0000:85:00.0"', 'iommu_group_with: "0000:85:00.1"')
+    with pytest.raises(InputError, match="cycle"):
+        SimHost.create(place(tmp_path), spec_file(tmp_path, cycle))

@@ -161,6 +161,12 @@ def _assign_groups(state: SimState, share: dict[str, str | None]) -> None:
         f.iommu_group = state.next_group
         state.next_group += 1
     for address, other in share.items():
+        seen = {address}
+        while share.get(other):  # follow chains: a shares with b, b shares with c
+            if other in seen:
+                raise InputError(f"{address}: iommu_group_with forms a cycle through {other}")
+            seen.add(other)
+            other = share[other]
         if other:
             target = state.functions[other]
             if target.iommu_group is None:

@@ -112,8 +112,8 @@ def bind(ctx: Ctx, f: Function, driver: str) -> bool:
 
 
 def holders_of(state: SimState, functions: list[Function]) -> list[str]:
-    """"pid N (comm) holds /dev/vfio/G" for processes holding a group of these vfio-pci functions."""
-    groups = {f.iommu_group for f in functions if f.driver == "vfio-pci" and f.iommu_group is not None}
+    """"process N (comm) holds /dev/vfio/G" for processes holding the group of one of these."""
+    groups = {f.iommu_group for f in functions if f.iommu_group is not None}
     return [f"process {h.pid} ({h.comm}) holds /dev/vfio/{h.group}"
             for h in state.holders.values() if h.group in groups]
 
@@ -156,8 +156,7 @@ def create_vfs(ctx: Ctx, pf: Function, count: int) -> list[Function]:
                       numa_node=pf.numa_node, natural_driver=pf.natural_driver, bars=bars, link=pf.link,
                       physfn=pf.address, vf_index=i, gpu_model=pf.gpu_model)
         if ctx.state.iommu:
-            vf.iommu_group = ctx.state.next_group
-            ctx.state.next_group += 1
+            vf.iommu_group = _free_group(ctx.state)
         ctx.state.functions[address] = vf
         ctx.dirty.add(address)
         ctx.log(f"pci {address}: [{vf.vendor:04x}:{vf.device:04x}] type 00 class 0x{vf.class_code:06x} "
@@ -168,6 +167,16 @@ def create_vfs(ctx: Ctx, pf: Function, count: int) -> list[Function]:
     for vf in made:  # sriov_drivers_autoprobe is 1
         probe(ctx, vf)
     return made
+
+
+def _free_group(state: SimState) -> int:
+    """The lowest unused group number: the kernel allocates group ids with ida_alloc
+    (drivers/iommu/iommu.c iommu_group_alloc), so ids freed by removed VFs come back."""
+    used = {f.iommu_group for f in state.functions.values()}
+    number = 0
+    while number in used:
+        number += 1
+    return number
 
 
 def remove_vfs(ctx: Ctx, pf: Function) -> None:
