@@ -47,10 +47,20 @@ def test_each_new_vf_gets_its_own_new_iommu_group(host):
     assert os.listdir(host.sys_root / f"kernel/iommu_groups/{g}/devices") == [vfs(host, gim_pfs(host)[0])[0]]
 
 
-def test_vf_num_values_apply_per_gpu_in_address_order_missing_ones_default_to_one(host):
+def test_vf_num_values_apply_per_gpu_in_address_order_and_the_last_one_repeats(host):
+    # gim_config.c set_array_value: GPUs past the end of the list take the last value
     reload(host, vf_num="2,4")
     counts = [read(dev(host, pf) / "sriov_numvfs") for pf in gim_pfs(host)]
-    assert counts == ["2", "4", "1", "1", "1", "1", "1", "1"]
+    assert counts == ["2", "4", "4", "4", "4", "4", "4", "4"]
+    reload(host, vf_num="8")
+    assert [read(dev(host, pf) / "sriov_numvfs") for pf in gim_pfs(host)] == ["8"] * 8
+
+
+def test_vf_num_outside_gims_range_becomes_the_default(host):
+    reload(host, vf_num="0,abc,4")
+    counts = [read(dev(host, pf) / "sriov_numvfs") for pf in gim_pfs(host)]
+    assert counts[:3] == ["1", "1", "4"]
+    assert "invalid token(vf_num) value: 0" in host.dmesg()
 
 
 def test_modprobe_d_options_apply_and_command_line_params_override_them(host):
@@ -79,7 +89,7 @@ def test_unknown_key_in_gim_config_truncates_the_file_and_uses_defaults(host):
 
 
 def test_vf_num_outside_allowed_set_leaves_that_pf_without_vfs(host):
-    reload(host, vf_num="3,4")
+    reload(host, vf_num="3,4,1")
     first, second = gim_pfs(host)[:2]
     assert read(dev(host, first) / "sriov_numvfs") == "0"
     assert vfs(host, first) == []
@@ -104,17 +114,24 @@ def test_vf_num_sets_the_compute_partition(host, vf_num, compute):
     assert read(dev(host, PF) / "memory_partition_mode") == "NPS1"
 
 
-def test_accelerator_and_memory_modes_from_gim_config_apply_when_the_pair_is_valid(host):
-    (host.root / "etc/gim_config").write_text(
-        "vf_num=1,4\naccelerator_partition_mode=8,4\nmemory_partition_mode=4,4\n")
+def test_hive_wide_partition_modes_from_gim_config_apply_where_the_pair_is_valid(host):
+    config = "vf_num=1,4\naccelerator_partition_mode=8\nmemory_partition_mode=4\n"
+    (host.root / "etc/gim_config").write_text(config)
     reload(host)
     first, second = gim_pfs(host)[:2]
-    assert modes(host, first) == ("CPX", "NPS4")
-    assert modes(host, second) == ("QPX", "NPS4")
+    assert modes(host, first) == ("CPX", "NPS4")  # 1 VF: CPX+NPS4 is a valid combination
+    assert modes(host, second) == ("QPX", "NPS1")  # 4 VFs with CPX: invalid, falls back
+
+
+def test_partition_modes_are_not_module_parameters(host):
+    host.kernel.unload_module("gim")
+    with pytest.raises(HostError, match="unknown parameter"):
+        host.kernel.load_module("gim", {"memory_partition_mode": "4"})
 
 
 def test_invalid_partition_pair_falls_back_silently_to_nps1_and_default_compute(host):
-    reload(host, vf_num="2,1", memory_partition_mode="4,4", accelerator_partition_mode="2,4")
+    (host.root / "etc/gim_config").write_text("accelerator_partition_mode=4\nmemory_partition_mode=4\n")
+    reload(host, vf_num="2,1")
     first, second = gim_pfs(host)[:2]
     assert read(dev(host, first) / "sriov_numvfs") == "2"  # the VFs still come
     assert modes(host, first) == ("DPX", "NPS1")

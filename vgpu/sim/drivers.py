@@ -22,8 +22,14 @@ SRIOV_CONFIGURE = frozenset({"mlx5_core", "nvme", "ixgbe", "igb", "ice", "i40e",
 # Parameters a module accepts, with the value /sys/module/<m>/parameters shows by default.
 # Modules not listed accept any parameter. gim's names are from GIM's gim_drv.c/gim_config.c.
 MODULE_PARAMS: dict[str, dict[str, str]] = {
-    "gim": {"vf_num": "1", "enabled_devices": "", "accelerator_partition_mode": "",
-            "memory_partition_mode": ""},
+    # gim_shim/gim_config.c: the partition modes are config-file only, not parameters
+    "gim": {"vf_num": "1", "enabled_devices": "", **{p: "" for p in (
+        "skip_check_bgpu", "fw_load_type", "guard", "fullaccess_timeout", "sch_policy", "log_level",
+        "mm_policy", "power_saving_mode", "hangdump_timeout", "fb_sharing_mode",
+        "partition_full_access_enable", "hang_detection_mode", "debug_dump_reserved_size",
+        "deferred_full_live_update", "asymmetric_fb_mode", "bp_mode", "pf_fb_size", "bad_page_threshold",
+        "ras_vf_telemetry_policy", "max_cper_count", "gpu_data_addr_hi", "gpu_data_addr_lo",
+        "gpu_data_size")}},
     "vfio_pci": {"ids": "", "disable_idle_d3": "N", "disable_vga": "N", "enable_sriov": "N",
                  "nointxmask": "N", "disable_denylist": "N"},
     "vfio": {"enable_unsafe_noiommu_mode": "N"},

@@ -1,9 +1,12 @@
 """AMD's GIM host driver as HARDWARE.md section 3 describes it (sources: amd/MxGPU-Virtualization
 ``gim_shim/gim_config.c``, ``gim_drv.c``, ``libgv/core/hw/AI/mi300/mi300_nbio.c``):
 
-- settings per GPU in probe (address) order: module parameters override /etc/gim_config, which
-  may hold only vf_num, accelerator_partition_mode and memory_partition_mode (any other key
-  makes GIM truncate the file and use defaults); default vf_num is 1;
+- vf_num is one value per GPU in probe (address) order; as ``gim_handle_array_token`` and
+  ``set_array_value`` in gim_config.c do, the last value given repeats for the GPUs after it
+  (``vf_num=8`` means 8 everywhere); a value outside 1..31 becomes the default, 1;
+- module parameters override /etc/gim_config; the config may hold vf_num and the two partition
+  modes, which are single values for the whole hive (module parameters cannot set them); any
+  other key makes GIM truncate the file and use defaults (HARDWARE.md 3);
 - VFs are enabled at probe from vf_num; a count outside the model's allowed set or above
   TotalVFs leaves the PF without VFs and logs why;
 - vf_num sets the compute partition (1 SPX, 2 DPX, 4 QPX, 8 CPX); an invalid (vf_num, compute,
@@ -39,7 +42,11 @@ def read_config(ctx: Ctx, text: str | None) -> tuple[dict[str, list[str]], bool]
             ctx.log(f"gim warning libgv: invalid entry {line[:60]!r} in /etc/gim_config: "
                     "clearing the file and using defaults")
             return {}, True
-        settings[key] = [v.strip() for v in value.split(",")]
+        values = [v.strip() for v in value.split(",")]
+        if key != "vf_num" and len(values) != 1:  # hive-wide scalars: kstrtoint fails, ignored
+            ctx.log(f"gim warning libgv: Failed to transfer str: {value.strip()[:40]}")
+            continue
+        settings[key] = values
     return settings, False
 
 
@@ -47,9 +54,8 @@ def effective_settings(ctx: Ctx, params: dict[str, str],
                        config: dict[str, list[str]]) -> dict[str, list[str]]:
     """Module parameters override the config file, key by key."""
     out = dict(config)
-    for key in CONFIG_KEYS:
-        if params.get(key):
-            out[key] = [v.strip() for v in params[key].split(",")]
+    if params.get("vf_num"):
+        out["vf_num"] = [v.strip() for v in params["vf_num"].split(",")]
     enabled = []
     for entry in (params.get("enabled_devices") or "").split(";"):
         if entry.strip():
@@ -69,10 +75,20 @@ def gpu_index(ctx: Ctx, pf: Function) -> int:
 
 
 def _pick(values: list[str] | None, index: int) -> str | None:
-    """One value per GPU; a GPU past the end of the list gets the default."""
-    if not values or index >= len(values) or values[index] == "":
+    """One value per GPU; GPUs past the end of the list repeat the last value (gim_config.c)."""
+    if not values:
         return None
-    return values[index]
+    value = values[min(index, len(values) - 1)]
+    return value or None
+
+
+def _vf_num(ctx: Ctx, pf: Function, raw: str) -> int:
+    """GIM's range check (VF_NUMBER 1..31): anything else is replaced by the default, 1."""
+    if raw.isdigit() and 1 <= int(raw) <= 31:
+        return int(raw)
+    gim_log(ctx, pf, "gim_conf_init:700", f"invalid token(vf_num) value: {raw}; change to default value: 1",
+            "warning")
+    return 1
 
 
 def probe(ctx: Ctx, pf: Function) -> None:
@@ -80,15 +96,14 @@ def probe(ctx: Ctx, pf: Function) -> None:
     model = CATALOG.match(pf.vendor, pf.device).model
     index = gpu_index(ctx, pf)
     settings = ctx.state.gim_config
-    raw = _pick(settings.get("vf_num"), index) or "1"
+    vf_num = _vf_num(ctx, pf, _pick(settings.get("vf_num"), index) or "1")
     pf.driver = "gim"
     ctx.dirty.add(pf.address)
     gim_log(ctx, pf, "amdgv_device_init:1187", f"GPU {index}: {model.name} [{pf.vendor:04x}:{pf.device:04x}]")
-    vf_num = int(raw) if raw.isdigit() else -1
     allowed = sorted(model.gim_vf_counts)
     if vf_num not in model.gim_vf_counts:
         gim_log(ctx, pf, "amdgv_gpuiov_set_vf_num:402",
-                f"VF number {raw} is not supported, valid values: {', '.join(map(str, allowed))}", "error")
+                f"VF number {vf_num} is not supported, valid values: {', '.join(map(str, allowed))}", "error")
         _set_modes(pf, 1, "SPX", "NPS1")
         return
     if vf_num > pf.sriov.total_vfs:
