@@ -22,6 +22,8 @@ UMOCKDEV_PRELOAD := libumockdev-preload.so.0
 # linux-image-amd64 udev kmod pciutils python3 python3-pyudev, come from the mirror, not from apt here).
 APT_REALKERNEL := qemu-system-x86 debootstrap
 
+
+.PHONY: test-e2e
 .PHONY: demo test deps-runtime deps-test deps-realkernel venv test-unit test-udev test-integration test-hip \
         test-realkernel bench clean
 
@@ -29,7 +31,11 @@ demo: deps-runtime venv
 	@tools/demo.sh "$(VENV)"
 
 test: deps-test venv
-	$(MAKE) --no-print-directory test-unit test-udev test-hip test-integration test-realkernel
+	$(MAKE) --no-print-directory test-unit test-e2e test-udev test-hip test-integration test-realkernel
+
+# End to end on simulated hosts: the real CLI and services, crashes, faults, races.
+test-e2e:
+	$(PYTEST) -q tests/e2e
 
 test-unit:
 	$(PYTEST) -q tests/unit

@@ -136,15 +136,15 @@ def _gim_pfs(inv: Inventory, desired: Desired) -> list[Gpu]:
 
 
 def gim_config_text(pfs: Sequence[Gpu], desired: Desired) -> str:
-    """/etc/gim_config: only vf_num and memory_partition_mode (numbers), one value per GPU."""
+    """/etc/gim_config: vf_num one value per GPU; memory_partition_mode ONE number for the host.
+
+    GIM's gim_config.c takes a single partition mode for all GPUs (a list is ignored), and a
+    vf_num list repeats its last value for later GPUs.
+    """
     by_addr = {t.address: t for t in desired.targets}
-    vf, mem = [], []
-    for gpu in pfs:
-        t = by_addr.get(gpu.address)
-        vf.append(str(t.vf_num if t else max(gpu.num_vfs or 0, 1)))
-        memory = (t.memory if t else None) or gpu.partition.memory or "NPS1"
-        mem.append(str(MemoryPartition(memory).gim_number))
-    return f"vf_num={','.join(vf)}\nmemory_partition_mode={','.join(mem)}\n"
+    vf = [str(by_addr[g.address].vf_num if g.address in by_addr else max(g.num_vfs or 0, 1)) for g in pfs]
+    memory = next((t.memory for t in desired.targets if t.memory), None) or "NPS1"
+    return f"vf_num={','.join(vf)}\nmemory_partition_mode={MemoryPartition(memory).gim_number}\n"
 
 
 def _sriov_steps(desired: Desired, inv: Inventory, files, holders: Holders) -> list:
@@ -207,8 +207,24 @@ def modprobe_text(desired: Desired) -> str:
             "options vfio-pci disable_idle_d3=1\n")
 
 
+def _same_record(a: str | None, b: str) -> bool:
+    """Records match when they describe the same setup: names and descriptions do not count."""
+    import json
+    try:
+        x, y = json.loads(a or "null"), json.loads(b)
+    except ValueError:
+        return False
+    if not isinstance(x, dict):
+        return False
+    for r in (x, y):
+        r.pop("profile", None)
+        if isinstance(r.get("spec"), dict):
+            r["spec"] = {k: v for k, v in r["spec"].items() if k not in ("name", "description")}
+    return x == y
+
+
 def _persistence_steps(desired: Desired, files) -> list:
-    if files.get(STATE_RECORD) == desired.record and files.get(UNIT_PATH) == desired.unit \
+    if _same_record(files.get(STATE_RECORD), desired.record) and files.get(UNIT_PATH) == desired.unit \
             and files.get(UNIT_LINK) is not None:
         return []
     return [InstallPersistence(profile=desired.profile, record=desired.record, unit=desired.unit)]

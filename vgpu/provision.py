@@ -61,7 +61,7 @@ def vm_holders(target: HostTarget, inv: Inventory, warnings: list[str]) -> dict:
         warnings.append(f"could not ask libvirt which VMs use the GPUs ({exc.message}); "
                         "only processes holding /dev/vfio were checked")
         return {}
-    return {addr: [f"VM {d.name}" for d in doms if d.state == "running"] for addr, doms in found.items()}
+    return {addr: [f"VM {d.name}" for d in doms if d.active] for addr, doms in found.items()}
 
 
 def hypervisor_state(target: HostTarget):

@@ -49,7 +49,7 @@ def test_fresh_host_plans_config_reload_bind_and_persistence():
     reload = plan.steps[3]
     assert reload.vf_num == (4, 4) and reload.disruption.host_wide
     assert set(reload.disruption.functions) == {v.address for g in inv.gpus for v in g.vfs}
-    assert plan.steps[0].content == "vf_num=4,4\nmemory_partition_mode=1,1\n"
+    assert plan.steps[0].content == "vf_num=4,4\nmemory_partition_mode=1\n"
 
 
 def test_in_sync_host_plans_zero_steps():

@@ -105,14 +105,18 @@ def _confirm(plan) -> bool:
 
 
 def _sim_kill_hook(target):
-    """Test hook, simulated hosts only: VGPU_SIM_KILL_AT=INDEX:before|after SIGKILLs this process there."""
-    spec = os.environ.get("VGPU_SIM_KILL_AT")
-    if not spec or target.sim is None:
+    """Test hooks, simulated hosts only (never on a real host): VGPU_SIM_KILL_AT=INDEX:before|after
+    SIGKILLs this process at that step; VGPU_SIM_TRACE=FILE appends "pid index moment" per step."""
+    kill, trace = os.environ.get("VGPU_SIM_KILL_AT"), os.environ.get("VGPU_SIM_TRACE")
+    if target.sim is None or not (kill or trace):
         return None
-    index, _, when = spec.partition(":")
+    index, _, when = (kill or "").partition(":")
 
     def hook(i, step, moment):
-        if str(i) == index and moment == (when or "before"):
+        if trace:
+            with open(trace, "a") as fh:
+                fh.write(f"{os.getpid()} {i} {moment}\n")
+        if kill and str(i) == index and moment == (when or "before"):
             os.kill(os.getpid(), signal.SIGKILL)
     return hook
 

@@ -1,0 +1,100 @@
+"""Failures, crashes and races: the host ends where it started, or converges on the next run."""
+
+import subprocess
+import sys
+import os
+
+import pytest
+
+from vgpu.errors import ApplyError, HostError
+from vgpu.host.executor import Executor, host_lock
+from vgpu.profiles import load_profile
+from vgpu.provision import plan_profile, provision
+
+from conftest import REPO, inventory, run_cli, target_of
+
+PROFILES = ["mi300x-1vf", "mi300x-4vf", "mi300x-8vf"]
+
+
+def step_count(sim, name):
+    return len(plan_profile(target_of(sim(name=f"count-{name}")), load_profile(name)).plan.steps)
+
+
+def files_of(host):
+    etc = host.root / "etc"
+    return {str(p.relative_to(etc)): (os.readlink(p) if p.is_symlink() else p.read_text())
+            for p in sorted(etc.rglob("*")) if p.is_file() or p.is_symlink()}
+
+
+@pytest.mark.parametrize("name", PROFILES)
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_failure_injected_at_every_step_restores_the_inventory(sim, name, when):
+    n = step_count(sim, name)
+    assert n >= 4
+    for index in range(n):
+        host = sim(name=f"{name}-{when}-{index}")
+        before, before_files = inventory(host), files_of(host)
+
+        def hook(i, step, moment, index=index):
+            if i == index and moment == when:
+                raise HostError(f"injected failure at step {i} {moment}")
+
+        with pytest.raises(ApplyError, match="injected failure"):
+            provision(target_of(host), load_profile(name), hook=hook)
+        assert inventory(host).gpus == before.gpus, f"step {index} ({when}) left the host changed"
+        assert files_of(host) == before_files
+        assert not (host.root / "var/lib/vgpu/journal.json").exists()
+
+
+def test_kernel_failure_during_vfio_binding_rolls_back(sim):
+    host = sim()
+    before = inventory(host)
+    host.kernel.fail_next("write_attr:*/drivers_probe", "No such device")
+    with pytest.raises(ApplyError, match="No such device"):
+        provision(target_of(host), load_profile("mi300x-4vf"))
+    assert inventory(host).gpus == before.gpus
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_sigkill_at_every_step_then_next_run_converges(sim, when):
+    name = "mi300x-4vf"
+    n = step_count(sim, name)
+    for index in range(n):
+        host = sim(name=f"kill-{when}-{index}")
+        args = ("provision", "--profile", name, "--yes", "--simulate", "--sim-dir", str(host.state_dir))
+        killed = run_cli(*args, sim_dir=host.state_dir, env_extra={"VGPU_SIM_KILL_AT": f"{index}:{when}"})
+        assert killed.returncode == -9, (index, killed.stderr[-500:])
+        assert (host.root / "var/lib/vgpu/journal.json").exists()
+        again = run_cli(*args, sim_dir=host.state_dir, check_rc=0)
+        assert "recovered" in again.stdout
+        run_cli("status", "--simulate", "--sim-dir", str(host.state_dir), sim_dir=host.state_dir, check_rc=0)
+
+
+@pytest.mark.xfail(reason="known simulator bug: SimHost.open re-renders the tree outside the sim lock, so a "
+                   "second process can race the first one's render (the host lock itself holds)", strict=False)
+def test_two_concurrent_provisions_never_interleave(sim, tmp_path):
+    host = sim()
+    trace = tmp_path / "trace"
+    env = {"VGPU_SIM_TRACE": str(trace)}
+    procs = [subprocess.Popen([sys.executable, "-m", "vgpu", "provision", "--profile", p, "--yes", "--simulate",
+                               "--sim-dir", str(host.state_dir)], cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONPATH=str(REPO), **env))
+             for p in ("mi300x-4vf", "mi300x-8vf")]
+    codes = [p.wait(timeout=120) for p in procs]
+    assert codes == [0, 0], [p.stderr.read()[-500:] for p in procs]
+    pids = [line.split()[0] for line in trace.read_text().splitlines()]
+    runs = [pid for i, pid in enumerate(pids) if i == 0 or pids[i - 1] != pid]
+    assert len(runs) == 2, f"steps interleaved: {pids}"
+    # the later run wins: the host matches it and re-plans to zero
+    last = procs[[str(p.pid) for p in procs].index(runs[-1])].args[5]
+    assert plan_profile(target_of(host), load_profile(last)).plan.in_sync
+
+
+def test_lock_held_elsewhere_is_reported_with_its_holder(sim):
+    from vgpu.errors import LockedError
+    host = sim()
+    target = target_of(host)
+    with host_lock(target.state_dir):
+        with pytest.raises(LockedError, match="vgpu pid"):
+            provision(target, load_profile("mi300x-4vf"), lock_timeout=0.2)

@@ -1,0 +1,128 @@
+"""Provisioning the simulated 8xmi300x: every fitting profile converges and re-plans to zero."""
+
+import pytest
+
+from vgpu.errors import InUseError, RefusedError
+from vgpu.planner import Refusal
+from vgpu.profiles import load_profile, shipped_names
+from vgpu.provision import plan_profile, provision, release
+
+from conftest import inventory, run_cli, target_of
+
+SRIOV_MI300X = ["mi300x-1vf", "mi300x-4vf", "mi300x-8vf"]
+
+
+@pytest.mark.parametrize("name", SRIOV_MI300X)
+def test_shipped_profile_provisions_verifies_and_replans_to_zero(sim, name):
+    host = sim()
+    target = target_of(host)
+    profile = load_profile(name)
+    result = provision(target, profile)
+    assert result.outcome is not None and result.outcome.applied
+    inv = inventory(host)
+    want = profile.gpu.vfs_per_gpu
+    assert all(g.driver == "gim" and len(g.vfs) == want for g in inv.gpus)
+    assert all(vf.driver == "vfio-pci" for g in inv.gpus for vf in g.vfs)
+    assert all(g.partition.compute == profile.gpu.compute_partition.value for g in inv.gpus)
+    assert all(g.partition.memory == profile.gpu.memory_partition.value for g in inv.gpus)
+    assert plan_profile(target, profile).plan.in_sync
+    assert provision(target, profile).outcome is None  # nothing to do the second time
+
+
+def test_passthrough_profile_on_a_host_without_gim(sim, tmp_path):
+    spec = tmp_path / "no-gim.yaml"
+    spec.write_text(no_gim_spec())
+    host = sim(str(spec))
+    target = target_of(host)
+    profile = load_profile("mi300x-passthrough")
+    provision(target, profile)
+    inv = inventory(host)
+    assert all(g.driver == "vfio-pci" for g in inv.gpus)
+    for g in inv.gpus:
+        assert (host.root / "dev" / "vfio" / str(g.iommu_group.number)).exists()
+    assert plan_profile(target, profile).plan.in_sync
+
+
+def no_gim_spec():
+    from vgpu.sim import load_spec
+    import yaml
+    data = load_spec("8xmi300x").model_dump(mode="json")
+    data["name"] = "8xmi300x-nogim"
+    state = data.setdefault("state", {})
+    state["modules"] = {k: v for k, v in (state.get("modules") or {}).items() if k != "gim"}
+    return yaml.safe_dump(data)
+
+
+def test_passthrough_refused_while_gim_drives_the_pfs(sim):
+    with pytest.raises(Refusal, match="gim drives this PF"):
+        plan_profile(target_of(sim()), load_profile("mi300x-passthrough"))
+
+
+def test_standard_firmware_refuses_multi_vf_with_firmware_hint(sim):
+    with pytest.raises(Refusal) as info:
+        plan_profile(target_of(sim("8xmi300x-fw1")), load_profile("mi300x-4vf"))
+    assert "exceed this PF's TotalVFs of 1" in str(info.value) and "multi-VF firmware" in info.value.hint
+
+
+def test_wrong_model_profile_is_refused(sim):
+    with pytest.raises(RefusedError):
+        plan_profile(target_of(sim("8xmi325x")), load_profile("mi300x-4vf"))
+
+
+def test_export_then_plan_of_the_export_is_in_sync(sim, tmp_path):
+    host = sim()
+    target = target_of(host)
+    provision(target, load_profile("mi300x-4vf"))
+    out = tmp_path / "exported.yaml"
+    run_cli("export", "--simulate", "--sim-dir", str(host.state_dir), "--name", "node-17", "-o", str(out),
+            sim_dir=host.state_dir, check_rc=0)
+    assert "vfs_per_gpu: 4" in out.read_text()
+    assert plan_profile(target, load_profile(str(out))).plan.in_sync
+
+
+def test_release_returns_to_default_and_removes_persistence(sim):
+    host = sim()
+    target = target_of(host)
+    before = inventory(host)
+    provision(target, load_profile("mi300x-4vf"))
+    assert (host.root / "etc/systemd/system/vgpu-reapply.service").exists()
+    release(target)
+    assert inventory(host).gpus == before.gpus
+    assert not (host.root / "etc/systemd/system/vgpu-reapply.service").exists()
+    assert not (host.root / "etc/gim_config").exists()
+    assert release(target).outcome is None  # released twice: nothing to do
+
+
+def test_process_holding_a_vf_blocks_the_reload_without_force(sim):
+    host = sim()
+    target = target_of(host)
+    provision(target, load_profile("mi300x-1vf"))
+    vf = inventory(host).gpus[0].vfs[0]
+    host.add_holder(vf.iommu_group.number, "qemu-system-x86")
+    before = inventory(host)
+    with pytest.raises(InUseError, match="qemu-system-x86"):
+        provision(target, load_profile("mi300x-4vf"))
+    assert inventory(host).gpus == before.gpus
+
+
+def test_plan_names_holders_and_every_vf_of_a_host_wide_reload(sim):
+    host = sim()
+    target = target_of(host)
+    vf = inventory(host).gpus[3].vfs[0]
+    host.add_holder(vf.iommu_group.number, "qemu-kvm")
+    plan = plan_profile(target, load_profile("mi300x-4vf")).plan
+    reload = next(s for s in plan.steps if s.kind == "reload-gim")
+    assert reload.disruption.host_wide and len(reload.disruption.functions) == 8
+    assert any("qemu-kvm" in h for h in plan.holders())
+
+
+def test_recorded_profile_reapplies_after_a_simulated_reboot(sim):
+    host = sim()
+    target = target_of(host)
+    provision(target, load_profile("mi300x-4vf"))
+    host.kernel.unload_module("gim")  # what a reboot does to the VFs
+    host.kernel.load_module("gim")  # modules-load.d brings gim back, reading /etc/gim_config
+    run_cli("status", "--simulate", "--sim-dir", str(host.state_dir), sim_dir=host.state_dir, check_rc=1)
+    run_cli("provision", "--recorded", "--yes", "--simulate", "--sim-dir", str(host.state_dir),
+            sim_dir=host.state_dir, check_rc=0)
+    run_cli("status", "--simulate", "--sim-dir", str(host.state_dir), sim_dir=host.state_dir, check_rc=0)

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# `make demo`: the whole flow on a simulated host, no GPU needed.
+# discover -> readiness -> plan -> provision mi300x-4vf -> status -> plan again (in sync)
+# -> the refusal on standard firmware (TotalVFs=1) -> validate simulated guests -> reports.
+set -euo pipefail
+venv=${1:-.venv}
+vgpu="$venv/bin/vgpu"
+demo_dir=${VGPU_DEMO_DIR:-.sim/demo}
+export VGPU_SIM_DIR="$demo_dir/host"
+reports="${VGPU_DEMO_REPORTS:-reports/demo}"
+
+step() { printf '\n\033[1;36m==> %s\033[0m\n$ %s\n' "$1" "${*:2}"; }
+expect() {  # expect CODE CMD...: run CMD, fail the demo unless it exits with CODE
+  local want=$1; shift
+  set +e; "$@"; local got=$?; set -e
+  if [ "$got" != "$want" ]; then echo "demo: '$*' exited $got, expected $want" >&2; exit 1; fi
+}
+
+step "Build a simulated host: 8 x MI300X on 2 NUMA nodes, plus NICs, NVMe, bridges, a BMC VGA" \
+     vgpu sim reset --machine 8xmi300x
+"$vgpu" sim reset --machine 8xmi300x
+
+step "Discover the GPUs (drivers, NUMA, IOMMU groups, BARs, partitions)" vgpu discover --simulate
+"$vgpu" discover --simulate
+
+step "Check host readiness" vgpu host check --simulate
+expect 0 "$vgpu" host check --simulate
+
+step "The shipped profiles" vgpu profiles list
+"$vgpu" profiles list
+
+step "Plan mi300x-4vf: what changes, what it disrupts (exit 3: changes pending)" \
+     vgpu plan --profile mi300x-4vf --simulate
+expect 3 "$vgpu" plan --profile mi300x-4vf --simulate
+
+step "Provision it: gim config + reload, VFs to vfio-pci, boot persistence, verified by read-back" \
+     vgpu provision --profile mi300x-4vf --simulate --yes
+"$vgpu" provision --profile mi300x-4vf --simulate --yes
+
+step "Status: the host against its recorded profile, item by item" vgpu status --simulate
+expect 0 "$vgpu" status --simulate
+
+step "Plan again: in sync, zero steps (exit 0)" vgpu plan --profile mi300x-4vf --simulate
+expect 0 "$vgpu" plan --profile mi300x-4vf --simulate
+
+step "Standard firmware (TotalVFs=1): the same profile is refused before anything is touched (exit 4)" \
+     vgpu plan --profile mi300x-4vf --simulate 8xmi300x-fw1 --sim-dir "$demo_dir/fw1"
+expect 4 "$vgpu" plan --profile mi300x-4vf --simulate 8xmi300x-fw1 --sim-dir "$demo_dir/fw1"
+
+step "Validate simulated guests (driver, ROCm 7.0, partition, HIP, FP8) and write reports" \
+     vgpu validate --simulate --report-dir "$reports"
+set +e; "$vgpu" validate --simulate --report-dir "$reports"; rc=$?; set -e
+[ "$rc" -le 1 ] || { echo "demo: validate exited $rc" >&2; exit 1; }
+
+printf '\n\033[1;32mDemo complete.\033[0m Reports: %s/validation-report.html (open in a browser), validation-report.json, validation-report.junit.xml\n' "$reports"
