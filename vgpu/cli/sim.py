@@ -57,7 +57,14 @@ def path(sim_dir: Path | None) -> None:
 @click.option("--sim-dir", type=click.Path(path_type=Path), default=None)
 def remove(sim_dir: Path | None) -> None:
     """Delete the simulated host's state directory."""
+    from vgpu.errors import InputError
+    from vgpu.sim import SimHost
+
     state = sim_dir or default_sim_dir()
-    if state.exists():
-        shutil.rmtree(state)
+    if not state.exists():
+        click.echo(f"nothing to remove at {state}")
+        return
+    if not SimHost.exists(state):  # never rmtree a directory that is not a simulated host
+        raise InputError(f"{state} is not a simulated host's state directory; refusing to delete it")
+    shutil.rmtree(state)
     click.echo(f"removed {state}")
