@@ -202,7 +202,8 @@ def _passthrough_steps(desired: Desired, inv: Inventory, files, holders: Holders
 
 def modprobe_text(desired: Desired) -> str:
     # disable_idle_d3=1: as AMD's GPU operator configures vfio-pci for Instinct GPUs.
-    return (f"# Written by vgpu for profile {desired.profile}. Changes are overwritten by `vgpu provision`.\n"
+    # No profile name in it: two profiles describing the same setup must plan in sync.
+    return ("# Written by vgpu (see /etc/vgpu/state.json). Changes are overwritten by `vgpu provision`.\n"
             "blacklist amdgpu\n"
             "options vfio-pci disable_idle_d3=1\n")
 
