@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from pathlib import Path
 
 from vgpu.errors import HostError, InputError
+from vgpu.fsutil import atomic_write
 
 
 class FileStore:
@@ -41,18 +41,9 @@ class FileStore:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
             return
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         try:
-            with os.fdopen(fd, "w") as fh:
-                fh.write(content)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, mode)
-            os.replace(tmp, path)
+            atomic_write(path, content, mode)
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
             raise HostError(f"cannot write {path}: {exc.strerror}") from exc
 
     def symlink(self, rel: str, target: str | None) -> None:

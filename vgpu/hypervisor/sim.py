@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
-import tempfile
 import uuid as uuidlib
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+
+from vgpu.fsutil import atomic_write
 from typing import Any
 
 from vgpu.errors import InputError
@@ -35,19 +35,7 @@ _NODE = """<node><cpu><nodes>2</nodes><sockets>2</sockets><cores>48</cores><thre
 <active>192</active><mhz>2400</mhz><model>x86_64</model></cpu><memory>2147483648</memory></node>"""
 
 
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Temp file beside ``path``, fsync, chmod, os.replace: readers see the old or the new file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+write_atomic = atomic_write
 
 
 class SimHypervisor(LibvirtHypervisor):

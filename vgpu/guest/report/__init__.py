@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
+
+from vgpu.fsutil import atomic_write
 
 from vgpu.guest.report.model import ValidationReport
 
@@ -13,20 +13,7 @@ JUNIT_NAME = "validation-report.junit.xml"
 HTML_NAME = "validation-report.html"
 
 
-def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Write ``data`` to a temp file beside ``path``, fsync, chmod, then os.replace it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+__all__ = ["atomic_write", "write_all", "JSON_NAME", "JUNIT_NAME", "HTML_NAME"]
 
 
 def write_all(report: ValidationReport, out_dir: Path) -> dict[str, Path]:
