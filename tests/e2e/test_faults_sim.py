@@ -70,8 +70,6 @@ def test_sigkill_at_every_step_then_next_run_converges(sim, when):
         run_cli("status", "--simulate", "--sim-dir", str(host.state_dir), sim_dir=host.state_dir, check_rc=0)
 
 
-@pytest.mark.xfail(reason="known simulator bug: SimHost.open re-renders the tree outside the sim lock, so a "
-                   "second process can race the first one's render (the host lock itself holds)", strict=False)
 def test_two_concurrent_provisions_never_interleave(sim, tmp_path):
     host = sim()
     trace = tmp_path / "trace"

@@ -69,7 +69,7 @@ class SimHost:
     def open(cls, state_dir: Path) -> "SimHost":
         """An existing simulated host. Raises InputError when missing or corrupt."""
         host = cls(state_dir)
-        host.kernel.fresh_state()  # validates, and repairs a tree a crash left behind
+        host.kernel.repair()  # validates, and repairs a tree a crash left behind
         return host
 
     @staticmethod

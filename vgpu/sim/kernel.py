@@ -89,8 +89,16 @@ class SimKernel:
             os.kill(os.getpid(), signal.SIGKILL)
         return result
 
+    def repair(self) -> SimState:
+        """Validate the saved state and re-render the tree if a crash left it behind, under the
+        state lock so that another process's operation is never interleaved with the render."""
+        load_state(self.state_dir)  # a missing or corrupt host is an InputError, and no lock file is made
+        with locked(self.state_dir):
+            return self.fresh_state()
+
     def fresh_state(self) -> SimState:
-        """The saved state; re-renders the whole tree if a crash left it behind the state."""
+        """The saved state; re-renders the whole tree if a crash left it behind the state.
+        Callers hold the state lock (``transaction`` and ``repair`` do)."""
         state = load_state(self.state_dir)
         if read_tree_mark(self.state_dir) != state.generation:
             self.tree.render_all(state)
