@@ -310,3 +310,11 @@ def test_shipped_files_and_resolved_profiles_pass_the_schema(name):
 def test_schema_flags_what_editors_should_flag(bad):
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, profile_json_schema())
+
+
+def test_null_name_pattern_means_the_default_pattern(tmp_path):
+    # found by the fuzzer: `name_pattern: null` (as `extends` uses to drop a key) crashed the validator
+    path = tmp_path / "p.yaml"
+    path.write_text(GOOD + "vms: {name_pattern: null}\n")
+    profile = load_profile(path)
+    assert "{index" in profile.vms.name_pattern

@@ -224,8 +224,9 @@ class VmSpec(_Strict):
 
     @field_validator("name_pattern")
     @classmethod
-    def _safe_pattern(cls, value: str) -> str:
-        profile_assign.check_pattern(value)
+    def _safe_pattern(cls, value: str | None) -> str | None:
+        if value is not None:  # null means "the default pattern", filled in below
+            profile_assign.check_pattern(value)
         return value
 
     @model_validator(mode="after")
