@@ -46,6 +46,7 @@ class Desired:
     record: str  # canonical JSON of the state record (vgpu/persist.py)
     unit: str  # the boot unit's text
     warnings: tuple[str, ...] = ()
+    hypervisor: str = "kvm"
 
 
 class Refusal(RefusedError):
@@ -61,6 +62,12 @@ Holders = Mapping[PciAddress, Sequence[str]]  # function -> "VM name" / "pid N (
 
 def check(desired: Desired, inv: Inventory, catalog: Catalog = DEFAULT) -> list[Problem]:
     """Every reason ``desired`` cannot be applied to ``inv``; empty when it can."""
+    if desired.hypervisor != "kvm":
+        # every other check is about a Linux host's drivers: an ESXi profile gets this one sentence only
+        return [Problem("host", f"profile {desired.profile} is for VMware ESXi 8 (hypervisor: {desired.hypervisor}), "
+                        "but this is a Linux KVM host; this version of vgpu plans and applies only on KVM hosts "
+                        "(ESXi's DirectPath I/O through esxcli is not built yet)",
+                        "pick a KVM profile here (`vgpu profiles list`), e.g. mi300x-passthrough")]
     problems: list[Problem] = []
     if inv.facts.iommu_groups == 0 and inv.facts.iommu_units == 0:
         problems.append(Problem("host", "the IOMMU is off, so no function can be assigned to a VM",

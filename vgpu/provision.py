@@ -41,7 +41,7 @@ def desired_state(profile, inv: Inventory) -> Desired:
                            memory=spec.memory_partition.value if spec.memory_partition else None) for g in gpus)
     return Desired(profile=profile.name, model=spec.model, mode=spec.mode, targets=targets,
                    record=state_record(profile.name, profile.to_dict()), unit=unit_text(exec_start()),
-                   warnings=tuple(profile.warnings()))
+                   warnings=tuple(profile.warnings()), hypervisor=profile.hypervisor.value)
 
 
 def current_files(target: HostTarget) -> dict[str, str | None]:

@@ -25,6 +25,35 @@ def sim(tmp_path):
     return make
 
 
+def no_gim_spec(machine: str) -> str:
+    """``machine`` with gim not installed: the host a whole-GPU passthrough profile starts from."""
+    import yaml
+    from vgpu.sim import load_spec
+    data = load_spec(machine).model_dump(mode="json")
+    data["name"] = f"{machine}-nogim"
+    state = data.setdefault("state", {})
+    state["modules"] = {k: v for k, v in (state.get("modules") or {}).items() if k != "gim"}
+    return yaml.safe_dump(data)
+
+
+def kvm_profiles() -> list[str]:
+    """Every shipped profile a Linux KVM host applies (the ESXi ones are refused here, and tested so)."""
+    from vgpu.profiles import load_profile, shipped_names
+    return [n for n in shipped_names() if load_profile(n).hypervisor.value == "kvm"]
+
+
+def machine_for(profile_name: str, tmp_path: Path) -> str:
+    """The shipped simulated machine a profile fits: 8x<model>, without gim for passthrough."""
+    from vgpu.profiles import load_profile
+    profile = load_profile(profile_name)
+    machine = f"8x{profile.gpu.model.lower()}"
+    if profile.gpu.mode.value != "passthrough":
+        return machine
+    spec = tmp_path / f"{machine}-nogim.yaml"
+    spec.write_text(no_gim_spec(machine))
+    return str(spec)
+
+
 def target_of(host) -> HostTarget:
     return HostTarget(HostPaths.under(host.root, label=f"simulated {host.machine.name}"), sim=host)
 

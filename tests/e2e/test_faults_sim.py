@@ -11,13 +11,11 @@ from vgpu.host.executor import Executor, host_lock
 from vgpu.profiles import load_profile
 from vgpu.provision import plan_profile, provision
 
-from conftest import REPO, inventory, run_cli, target_of
-
-PROFILES = ["mi300x-1vf", "mi300x-4vf", "mi300x-8vf"]
+from conftest import REPO, inventory, kvm_profiles, machine_for, run_cli, target_of
 
 
-def step_count(sim, name):
-    return len(plan_profile(target_of(sim(name=f"count-{name}")), load_profile(name)).plan.steps)
+def step_count(sim, name, machine="8xmi300x"):
+    return len(plan_profile(target_of(sim(machine, name=f"count-{name}")), load_profile(name)).plan.steps)
 
 
 def files_of(host):
@@ -26,13 +24,14 @@ def files_of(host):
             for p in sorted(etc.rglob("*")) if p.is_file() or p.is_symlink()}
 
 
-@pytest.mark.parametrize("name", PROFILES)
+@pytest.mark.parametrize("name", kvm_profiles())
 @pytest.mark.parametrize("when", ["before", "after"])
-def test_failure_injected_at_every_step_restores_the_inventory(sim, name, when):
-    n = step_count(sim, name)
-    assert n >= 4
+def test_failure_injected_at_every_step_restores_the_inventory(sim, name, when, tmp_path):
+    machine = machine_for(name, tmp_path)
+    n = step_count(sim, name, machine)
+    assert n >= 3
     for index in range(n):
-        host = sim(name=f"{name}-{when}-{index}")
+        host = sim(machine, name=f"{name}-{when}-{index}")
         before, before_files = inventory(host), files_of(host)
 
         def hook(i, step, moment, index=index):

@@ -7,50 +7,45 @@ from vgpu.planner import Refusal
 from vgpu.profiles import load_profile, shipped_names
 from vgpu.provision import plan_profile, provision, release
 
-from conftest import inventory, run_cli, target_of
-
-SRIOV_MI300X = ["mi300x-1vf", "mi300x-4vf", "mi300x-8vf"]
+from conftest import inventory, kvm_profiles, machine_for, run_cli, target_of
 
 
-@pytest.mark.parametrize("name", SRIOV_MI300X)
-def test_shipped_profile_provisions_verifies_and_replans_to_zero(sim, name):
-    host = sim()
+def test_every_shipped_kvm_profile_is_covered():
+    # the parametrized tests below run each of these on the machine it fits; a new shipped profile joins them
+    assert {"mi300x-1vf", "mi300x-4vf", "mi300x-8vf", "mi300x-passthrough", "mi325x-1vf", "mi355x-1vf",
+            "mi355x-passthrough"} <= set(kvm_profiles())
+
+
+@pytest.mark.parametrize("name", kvm_profiles())
+def test_shipped_profile_provisions_verifies_and_replans_to_zero(sim, name, tmp_path):
+    host = sim(machine_for(name, tmp_path))
     target = target_of(host)
     profile = load_profile(name)
     result = provision(target, profile)
     assert result.outcome is not None and result.outcome.applied
     inv = inventory(host)
-    want = profile.gpu.vfs_per_gpu
-    assert all(g.driver == "gim" and len(g.vfs) == want for g in inv.gpus)
-    assert all(vf.driver == "vfio-pci" for g in inv.gpus for vf in g.vfs)
-    assert all(g.partition.compute == profile.gpu.compute_partition.value for g in inv.gpus)
-    assert all(g.partition.memory == profile.gpu.memory_partition.value for g in inv.gpus)
+    assert inv.gpus and all(g.model == profile.gpu.model for g in inv.gpus)
+    if profile.gpu.mode.value == "passthrough":
+        assert all(g.driver == "vfio-pci" and not g.vfs for g in inv.gpus)
+        for g in inv.gpus:
+            assert (host.root / "dev" / "vfio" / str(g.iommu_group.number)).exists()
+    else:
+        want = profile.gpu.vfs_per_gpu
+        assert all(g.driver == "gim" and len(g.vfs) == want for g in inv.gpus)
+        assert all(vf.driver == "vfio-pci" for g in inv.gpus for vf in g.vfs)
+        assert all(g.partition.compute == profile.gpu.compute_partition.value for g in inv.gpus)
+        assert all(g.partition.memory == profile.gpu.memory_partition.value for g in inv.gpus)
     assert plan_profile(target, profile).plan.in_sync
     assert provision(target, profile).outcome is None  # nothing to do the second time
 
 
-def test_passthrough_profile_on_a_host_without_gim(sim, tmp_path):
-    spec = tmp_path / "no-gim.yaml"
-    spec.write_text(no_gim_spec())
-    host = sim(str(spec))
-    target = target_of(host)
-    profile = load_profile("mi300x-passthrough")
-    provision(target, profile)
-    inv = inventory(host)
-    assert all(g.driver == "vfio-pci" for g in inv.gpus)
-    for g in inv.gpus:
-        assert (host.root / "dev" / "vfio" / str(g.iommu_group.number)).exists()
-    assert plan_profile(target, profile).plan.in_sync
-
-
-def no_gim_spec():
-    from vgpu.sim import load_spec
-    import yaml
-    data = load_spec("8xmi300x").model_dump(mode="json")
-    data["name"] = "8xmi300x-nogim"
-    state = data.setdefault("state", {})
-    state["modules"] = {k: v for k, v in (state.get("modules") or {}).items() if k != "gim"}
-    return yaml.safe_dump(data)
+def test_esxi_profile_is_refused_on_a_kvm_host_and_changes_nothing(sim):
+    host = sim()
+    before = inventory(host)
+    proc = run_cli("provision", "--profile", "mi300x-esxi-passthrough", "--yes", "--simulate", "--sim-dir",
+                   str(host.state_dir), sim_dir=host.state_dir, check_rc=4)
+    assert "VMware ESXi 8" in proc.stderr + proc.stdout
+    assert inventory(host).gpus == before.gpus
 
 
 def test_passthrough_refused_while_gim_drives_the_pfs(sim):

@@ -7,7 +7,7 @@ from vgpu.model.inventory import (GroupMember, Gpu, HostFacts, IommuGroup, Inven
                                   Partition, VirtualFunction)
 from vgpu.model.pci import PciAddress
 from vgpu.model.plan import BindDevice, BindVfs, InstallPersistence, ReloadGim, SetMemoryPartition, WriteFile
-from vgpu.planner import (GIM_CONFIG, MODPROBE_CONF, MODULES_LOAD, Desired, Refusal, Target, gim_config_text,
+from vgpu.planner import (GIM_CONFIG, check, MODPROBE_CONF, MODULES_LOAD, Desired, Refusal, Target, gim_config_text,
                           make_plan, modprobe_text)
 from vgpu.persist import STATE_RECORD, UNIT_LINK, UNIT_LINK_TARGET, UNIT_PATH
 
@@ -148,3 +148,11 @@ def test_partial_selection_keeps_other_gpus_vf_counts_in_gim_config():
     inv = inventory([gpu(A[0], vfs=1), gpu(A[1], vfs=2, compute="DPX")])
     text = gim_config_text(list(inv.gpus), desired(addrs=[A[0]]))
     assert text.startswith("vf_num=4,2\n")
+
+
+def test_esxi_profile_on_a_linux_host_is_refused_in_one_sentence():
+    from dataclasses import replace
+    d = replace(desired(vf_num=0, compute=None, memory=None, mode=Mode.PASSTHROUGH), hypervisor="esxi")
+    problems = check(d, inventory([gpu(a) for a in A]))
+    assert len(problems) == 1  # not one "gim drives this PF" per GPU as well
+    assert "VMware ESXi 8" in problems[0].message and "Linux KVM host" in problems[0].message
