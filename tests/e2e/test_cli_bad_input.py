@@ -85,3 +85,4 @@ def test_vf_of_a_running_libvirt_domain_is_never_reloaded_without_force(sim):
     assert inventory(host).gpus == before.gpus
     provision(target, load_profile("mi300x-4vf"), force=True)  # --force: the operator drained it
     assert len(inventory(host).gpus[0].vfs) == 4
+

@@ -1,11 +1,13 @@
-"""Provisioning the simulated 8xmi300x: every fitting profile converges and re-plans to zero."""
+"""Provisioning simulated hosts: every shipped KVM profile converges, re-plans to zero, and says what it disrupts."""
+
+import json
 
 import pytest
 
 from vgpu.errors import InUseError, RefusedError
 from vgpu.planner import Refusal
 from vgpu.profiles import load_profile, shipped_names
-from vgpu.provision import plan_profile, provision, release
+from vgpu.provision import hypervisor_state, plan_profile, provision, release
 
 from conftest import inventory, kvm_profiles, machine_for, run_cli, target_of
 
@@ -121,3 +123,23 @@ def test_recorded_profile_reapplies_after_a_simulated_reboot(sim):
     run_cli("provision", "--recorded", "--yes", "--simulate", "--sim-dir", str(host.state_dir),
             sim_dir=host.state_dir, check_rc=0)
     run_cli("status", "--simulate", "--sim-dir", str(host.state_dir), sim_dir=host.state_dir, check_rc=0)
+
+
+def test_plan_output_names_every_vf_and_vm_a_reload_takes_away(sim):
+    # an SRE reads this before a maintenance window: the table abbreviates, the list below it must not
+    from vgpu.hypervisor.sim import SimHypervisor
+    host = sim()
+    target = target_of(host)
+    provision(target, load_profile("mi300x-1vf"))
+    vfs = [vf.address for g in inventory(host).gpus for vf in g.vfs]
+    SimHypervisor(hypervisor_state(target)).define_domain("train-07", [vfs[5]], running=True)
+    proc = run_cli("plan", "--profile", "mi300x-4vf", "--simulate", "--sim-dir", str(host.state_dir),
+                   sim_dir=host.state_dir, check_rc=3)
+    section = proc.stdout.split("disrupts (host-wide", 1)[1]
+    assert all(f"  - {a}\n" in section for a in vfs), proc.stdout
+    assert "VM train-07 (loses its device)" in section
+    plan = json.loads(run_cli("plan", "--profile", "mi300x-4vf", "--json", "--simulate", "--sim-dir",
+                              str(host.state_dir), sim_dir=host.state_dir, check_rc=3).stdout)
+    reload = next(s for s in plan["steps"] if s["kind"] == "reload-gim")
+    assert sorted(reload["disruption"]["functions"]) == sorted(str(a) for a in vfs)
+    assert reload["disruption"]["vms"] == ["train-07"]

@@ -21,11 +21,28 @@ def show_plan(plan: Plan, warnings: list[str]) -> None:
     for i, step in enumerate(plan.steps, 1):
         table.add_row(str(i), step.describe(), _disrupts(step))
     out.print(table)
+    _show_disruptions(out, plan)
     holders = plan.holders()
     if holders:
         out.print(f"[bold red]in use:[/] {', '.join(holders)} would lose devices (provision refuses without --force)")
     verdict = "[bold yellow]disruptive[/]" if plan.disruptive else "non-disruptive"
     out.print(f"{len(plan.steps)} step(s), {verdict}. Apply with `vgpu provision --profile {plan.profile}`.")
+
+
+def _show_disruptions(out, plan: Plan) -> None:
+    """Every function, VM and process each disruptive step takes away, in full (the table abbreviates)."""
+    for i, step in enumerate(plan.steps, 1):
+        d = getattr(step, "disruption", None)
+        if d is None or not d.any:
+            continue
+        scope = "host-wide: every VF on this host goes away" if d.host_wide else "these functions change driver"
+        out.print(f"[bold]step {i} disrupts[/] ({scope}):")
+        for address in d.functions:
+            out.print(f"  - {address}")
+        for vm in d.vms:
+            out.print(f"  - VM {vm} (loses its device)")
+        for proc in d.processes:
+            out.print(f"  - {proc} (holds /dev/vfio)")
 
 
 def _disrupts(step) -> str:
