@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from vgpu.catalog import Mode
 from vgpu.errors import InUseError, InputError, VgpuError
 from vgpu.host.discovery import discover
-from vgpu.host.executor import Executor, Outcome, StepHook, host_lock
+from vgpu.host.executor import Executor, Journal, Outcome, StepHook, host_lock, pending_run
 from vgpu.host.holders import function_holders
 from vgpu.host.steps import Context
 from vgpu.host.target import HostTarget
@@ -50,6 +50,10 @@ def current_files(target: HostTarget) -> dict[str, str | None]:
 
 def vm_holders(target: HostTarget, inv: Inventory, warnings: list[str]) -> dict:
     """{function: ["VM name", ...]} for running libvirt domains; a warning when libvirt is unreachable."""
+    if target.read_only:
+        warnings.append(f"{target.paths.label} is a capture: which VMs use its GPUs was not checked "
+                        "(run plan on the host itself for that)")
+        return {}
     addresses = [fn.address for g in inv.gpus for fn in (g, *g.vfs)]
     try:
         from vgpu.hypervisor import open_hypervisor
@@ -84,7 +88,26 @@ def plan_profile(target: HostTarget, profile) -> PlanResult:
     holders = function_holders(target.paths, inv, vm_holders(target, inv, warnings))
     desired = desired_state(profile, inv)
     plan = make_plan(desired, inv, current_files(target), holders)
+    warnings += interrupted_run_warnings(target)
+    if target.paths.etc is None:
+        warnings.append(f"{target.paths.label} has no etc/ beside it: its config files read as absent")
     return PlanResult(plan, inv, desired, holders, warnings)
+
+
+def interrupted_run_warnings(target: HostTarget) -> list[str]:
+    """A sentence when a crashed run left its journal: the next provision or release deals with it first."""
+    if target.state_dir is None:
+        return []
+    try:
+        pending = pending_run(Journal(target.state_dir))
+    except VgpuError as exc:
+        return [exc.message]
+    if pending is None:
+        return []
+    what = ("had applied all its steps; the next provision keeps and verifies them" if pending.complete else
+            f"stopped after starting {len(pending.steps)} step(s); the next provision or release rolls them back "
+            "first")
+    return [f"an interrupted {pending.profile} run {what}"]
 
 
 @dataclass
@@ -107,7 +130,7 @@ def provision(target: HostTarget, profile, *, dry_run: bool = False, force: bool
     with host_lock(target.state_dir, lock_timeout):
         executor = Executor(Context(target.paths, kernel, target.files, vf_timeout=vf_timeout),
                             target.state_dir, hook) if not dry_run else None
-        recovered = executor.recover() if executor else []
+        recovered = _recover(target, executor, force, confirm) if executor else []
         result = plan_profile(target, profile)
         plan = result.plan
         if plan.in_sync or dry_run:
@@ -118,6 +141,49 @@ def provision(target: HostTarget, profile, *, dry_run: bool = False, force: bool
         baseline = current_files(target)
         outcome = executor.run(plan, baseline, verify=lambda: _verify(target, profile))
     return ProvisionResult(plan, outcome, recovered, False, result.warnings)
+
+
+def _recover(target: HostTarget, executor: Executor, force: bool, confirm: Confirm | None) -> list[str]:
+    """Deal with a run a crash interrupted, before planning anything new.
+
+    All its steps applied (only verification was cut short): keep them; the plan that follows
+    verifies them. Otherwise roll them back, which reloads gim or rebinds devices like any plan does,
+    so it gets the same holder check (--force) and confirmation (--yes) first.
+    """
+    pending = executor.pending()
+    if pending is None:
+        return []
+    if pending.complete:
+        executor.forget()
+        return [f"all {len(pending.steps)} step(s) of the {pending.profile} run had been applied; "
+                "kept them (verified below)"]
+    inv = discover(target.paths)
+    holders = function_holders(target.paths, inv, vm_holders(target, inv, []))
+    rollback = Plan(profile=pending.profile, host=target.paths.label, action="rollback",
+                    steps=tuple(_with_current_holders(step, inv, holders) for step in reversed(pending.steps)))
+    held = rollback.holders()
+    if held and not force:
+        raise InUseError(f"an interrupted {pending.profile} run must be rolled back first, and that would take "
+                         f"devices from {', '.join(held)}",
+                         hint="stop or migrate them first; --force proceeds anyway and breaks them")
+    if confirm is not None and not confirm(rollback):
+        raise VgpuError(f"not applied: the rollback of the interrupted {pending.profile} run was not confirmed",
+                        hint="rerun with --yes to skip the question")
+    return [f"undid '{line}'" for line in executor.recover()]
+
+
+def _with_current_holders(step, inv: Inventory, holders) -> object:
+    """``step`` with its disruption recomputed against who holds the functions now (the journal's
+    copy names the holders of when it was planned)."""
+    from dataclasses import replace
+
+    from vgpu.planner import disruption_for
+
+    d = getattr(step, "disruption", None)
+    if d is None or not d.any:
+        return step
+    functions = tuple(fn.address for g in inv.gpus for fn in g.vfs) if d.host_wide else d.functions
+    return replace(step, disruption=disruption_for(functions, holders, host_wide=d.host_wide))
 
 
 def _check_holders(plan: Plan, force: bool) -> None:
@@ -163,7 +229,7 @@ def release(target: HostTarget, *, dry_run: bool = False, force: bool = False, c
     with host_lock(target.state_dir, lock_timeout):
         executor = None if dry_run else Executor(Context(target.paths, kernel, target.files, vf_timeout=vf_timeout),
                                                  target.state_dir)
-        recovered = executor.recover() if executor else []
+        recovered = _recover(target, executor, force, confirm) if executor else []
         inv = discover(target.paths)
         warnings: list[str] = []
         holders = function_holders(target.paths, inv, vm_holders(target, inv, warnings))

@@ -40,7 +40,7 @@ def make_release_plan(inv: Inventory, files: Mapping[str, str | None], holders: 
                                disruption=disruption_for(every_vf, holders, host_wide=True)))
     if any(files.get(p) is not None for p in (STATE_RECORD, UNIT_PATH, UNIT_LINK)):
         steps.append(InstallPersistence(profile=profile, record=None))
-    return Plan(profile=f"release ({profile})", host=inv.source, steps=tuple(steps))
+    return Plan(profile=f"release ({profile})", host=inv.source, steps=tuple(steps), action="release")
 
 
 def _default_vfs(gpu) -> int:

@@ -95,3 +95,69 @@ def test_lock_held_elsewhere_is_reported_with_its_holder(sim):
     with host_lock(target.state_dir):
         with pytest.raises(LockedError, match="vgpu pid"):
             provision(target, load_profile("mi300x-4vf"), lock_timeout=0.2)
+
+
+def _kill_provision(host, index, when="after", name="mi300x-4vf"):
+    args = ("provision", "--profile", name, "--yes", "--simulate", "--sim-dir", str(host.state_dir))
+    killed = run_cli(*args, sim_dir=host.state_dir, env_extra={"VGPU_SIM_KILL_AT": f"{index}:{when}"})
+    assert killed.returncode == -9, killed.stderr[-500:]
+    return args
+
+
+def test_run_killed_after_its_last_step_is_kept_not_rolled_back(sim):
+    host = sim()
+    n = step_count(sim, "mi300x-4vf")
+    args = _kill_provision(host, n - 1)
+    reloads = host.dmesg().count("(GIM) version")
+    planned = run_cli("plan", "--profile", "mi300x-4vf", "--simulate", "--sim-dir", str(host.state_dir),
+                      sim_dir=host.state_dir, check_rc=0)
+    assert "interrupted mi300x-4vf run had applied all its steps" in planned.stdout
+    again = run_cli(*args, sim_dir=host.state_dir, check_rc=0)
+    assert "kept them" in again.stdout and "undid" not in again.stdout
+    assert host.dmesg().count("(GIM) version") == reloads  # no reload back and forth
+    assert not (host.root / "var/lib/vgpu/journal.json").exists()
+
+
+def test_rollback_of_an_interrupted_run_respects_holders_and_force(sim):
+    from vgpu.hypervisor.sim import SimHypervisor
+    from vgpu.provision import hypervisor_state
+    host = sim()
+    plan = plan_profile(target_of(host), load_profile("mi300x-4vf")).plan
+    reload_at = next(i for i, s in enumerate(plan.steps) if s.kind == "reload-gim")
+    args = _kill_provision(host, reload_at + 1)  # VFs made and one GPU's bound: then the crash
+    vf = inventory(host).gpus[0].vfs[2].address
+    SimHypervisor(hypervisor_state(target_of(host))).define_domain("train-02", [vf], running=True)
+    before = inventory(host)
+    refused = run_cli(*args, sim_dir=host.state_dir, check_rc=6)
+    assert "interrupted mi300x-4vf run must be rolled back first" in refused.stderr
+    assert "train-02" in refused.stderr
+    assert inventory(host).gpus == before.gpus  # the rollback did not run
+    assert (host.root / "var/lib/vgpu/journal.json").exists()
+    forced = run_cli(*args, "--force", sim_dir=host.state_dir, check_rc=0)
+    assert "undid" in forced.stdout
+    assert plan_profile(target_of(host), load_profile("mi300x-4vf")).plan.in_sync
+
+
+def test_rollback_of_an_interrupted_run_asks_first_without_yes(sim):
+    host = sim()
+    args = _kill_provision(host, 4)
+    no_yes = [a for a in args if a != "--yes"]
+    proc = run_cli(*no_yes, sim_dir=host.state_dir, check_rc=1)  # no terminal to ask: nothing done
+    assert "Rollback of the interrupted mi300x-4vf run" in proc.stdout
+    assert "no terminal is attached" in proc.stderr
+    assert (host.root / "var/lib/vgpu/journal.json").exists()
+
+
+@pytest.mark.parametrize("content", ['{"schema": "vgpu.journal/v1", "entries": [{"step": {"kind": "bogus"}}]}',
+                                     '[1, 2]', '{"schema": "vgpu.journal/v1", "entries": 5}', "{not json"])
+def test_damaged_journal_is_one_clear_error_and_changes_nothing(sim, content):
+    host = sim()
+    journal = host.root / "var/lib/vgpu/journal.json"
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    journal.write_text(content)
+    before = inventory(host)
+    proc = run_cli("provision", "--profile", "mi300x-4vf", "--yes", "--simulate", "--sim-dir",
+                   str(host.state_dir), sim_dir=host.state_dir)
+    assert proc.returncode not in (0, 70) and "Traceback" not in proc.stderr, proc.stderr
+    assert "journal" in proc.stderr and proc.stderr.startswith("error: ")
+    assert inventory(host).gpus == before.gpus and journal.read_text() == content

@@ -82,6 +82,12 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
+    except Exception as exc:  # a bug: one line and a distinct code, not a traceback (unless --debug)
+        if debug:
+            raise
+        click.echo(f"error: internal error ({type(exc).__name__}: {exc}); this is a bug in vgpu", err=True)
+        click.echo("hint: rerun with --debug and report the traceback", err=True)
+        sys.exit(ExitCode.INTERNAL)
     sys.exit(rc if isinstance(rc, int) else 0)
 
 

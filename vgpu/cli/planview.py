@@ -15,8 +15,11 @@ def show_plan(plan: Plan, warnings: list[str]) -> None:
     if plan.in_sync:
         out.print(f"[green]in sync[/]: {plan.host} already matches profile {plan.profile}; nothing to do")
         return
-    table = Table(title=f"Plan: {plan.profile} on {plan.host}", title_justify="left")
-    for col in ("#", "step", "disrupts"):
+    undo = plan.action == "rollback"
+    title = (f"Rollback of the interrupted {plan.profile} run on {plan.host} (each step undone, in this order)"
+             if undo else f"Plan: {plan.profile} on {plan.host}")
+    table = Table(title=title, title_justify="left")
+    for col in ("#", "undo" if undo else "step", "disrupts"):
         table.add_column(col)
     for i, step in enumerate(plan.steps, 1):
         table.add_row(str(i), step.describe(), _disrupts(step))
@@ -26,7 +29,9 @@ def show_plan(plan: Plan, warnings: list[str]) -> None:
     if holders:
         out.print(f"[bold red]in use:[/] {', '.join(holders)} would lose devices (provision refuses without --force)")
     verdict = "[bold yellow]disruptive[/]" if plan.disruptive else "non-disruptive"
-    out.print(f"{len(plan.steps)} step(s), {verdict}. Apply with `vgpu provision --profile {plan.profile}`.")
+    how = {"apply": f" Apply with `vgpu provision --profile {plan.profile}`.",
+           "release": " Apply with `vgpu release`."}.get(plan.action, "")
+    out.print(f"{len(plan.steps)} step(s), {verdict}.{how}")
 
 
 def _show_disruptions(out, plan: Plan) -> None:
@@ -87,7 +92,7 @@ def show_refusal(exc, profile: str, host: str, as_json: bool) -> None:
 def show_provision(result) -> None:
     out = console()
     for line in result.recovered:
-        out.print(f"[yellow]recovered[/] an interrupted run: undid '{line}'")
+        out.print(f"[yellow]recovered[/] an interrupted run: {line}")
     if result.dry_run or result.outcome is None:
         show_plan(result.plan, result.warnings)
         return

@@ -2,8 +2,10 @@
 
 Before each step the executor journals the step and what its undo needs; after it, that the step
 is done. A failing step rolls back every applied step (and the failing one, which may be half
-done) in reverse. A run killed mid-way leaves the journal behind: the next run takes the lock,
-finds it, rolls it back, and only then plans afresh.
+done) in reverse. A run killed mid-way leaves the journal behind: the next run takes the lock
+and finds it. If every step had been applied (only the verification was cut short) the steps are
+kept and the next plan verifies them; otherwise the next run rolls them back (after the same holder
+check and confirmation as any disruptive change, vgpu/provision.py) and only then plans afresh.
 """
 
 from __future__ import annotations
@@ -34,8 +36,12 @@ class Outcome:
 
 
 @contextlib.contextmanager
-def host_lock(state_dir: Path, timeout: float = 30.0) -> Iterator[None]:
-    """Exclusive flock on <state>/lock; LockedError naming the holder after ``timeout`` seconds."""
+def host_lock(state_dir: Path | None, timeout: float = 30.0) -> Iterator[None]:
+    """Exclusive flock on <state>/lock; LockedError naming the holder after ``timeout`` seconds.
+    ``state_dir`` None (a capture, which nothing changes) has no lock to take."""
+    if state_dir is None:
+        yield
+        return
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
     path = state_dir / "lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -71,13 +77,50 @@ class Journal:
         except ValueError as exc:
             raise HostError(f"the journal {self.store.path('journal.json')} is corrupt: {exc}",
                             hint="inspect it, then remove it to continue") from exc
-        return data if data.get("schema") == JOURNAL_SCHEMA else None
+        if not isinstance(data, dict) or data.get("schema") != JOURNAL_SCHEMA:
+            raise HostError(f"the journal {self.store.path('journal.json')} is not a {JOURNAL_SCHEMA} journal",
+                            hint="inspect it, then remove it to continue")
+        return data
 
     def save(self, data: dict) -> None:
         self.store.write("journal.json", json.dumps(data, indent=1), 0o600)
 
     def clear(self) -> None:
         self.store.write("journal.json", None)
+
+
+@dataclass(frozen=True)
+class Pending:
+    """What an interrupted run left in its journal."""
+
+    profile: str
+    steps: tuple[Step, ...]  # started, in order (the last may be half done)
+    planned: int | None  # how many steps its plan had (None: a journal from before this was recorded)
+    all_done: bool  # every step of the plan was applied: only the verification was cut short
+
+    @property
+    def complete(self) -> bool:
+        return self.all_done and self.planned == len(self.steps)
+
+
+def pending_run(journal: Journal) -> Pending | None:
+    """What the journal says an interrupted run left, or None when there is no journal."""
+    data = journal.load()
+    if data is None:
+        return None
+    entries = _entries(journal, data)
+    planned = data.get("steps")
+    return Pending(profile=str(data.get("profile", "?")), steps=tuple(step for step, _, _ in entries),
+                   planned=planned if isinstance(planned, int) else None,
+                   all_done=all(done for _, _, done in entries))
+
+
+def _entries(journal: Journal, data: dict) -> list[tuple[Step, dict, bool]]:
+    try:
+        return [(step_from_dict(e["step"]), dict(e["info"]), bool(e["done"])) for e in data.get("entries", [])]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise HostError(f"the journal {journal.store.path('journal.json')} is damaged ({type(exc).__name__}: {exc})",
+                        hint="inspect it and the host (`vgpu status`), then remove it to continue") from None
 
 
 StepHook = Callable[[int, Step, str], None]  # (index, step, "before"|"after")
@@ -89,23 +132,32 @@ class Executor:
         self.journal = Journal(state_dir)
         self.hook = hook
 
+    def pending(self) -> Pending | None:
+        """The run a crash interrupted (its journal is still here), or None. Call with the lock held."""
+        return pending_run(self.journal)
+
     def recover(self) -> list[str]:
-        """Roll back a run that died mid-way (its journal is still here). Call with the lock held."""
+        """Roll back a run that died mid-way (its journal is still here). Call with the lock held,
+        after checking what the rollback disrupts (``pending``)."""
         data = self.journal.load()
         if data is None:
             return []
-        self.ctx.baseline = data.get("baseline", {})
-        done = [(step_from_dict(e["step"]), e["info"]) for e in data.get("entries", [])]
-        undone = self._rollback(done)
+        baseline = data.get("baseline", {})
+        self.ctx.baseline = baseline if isinstance(baseline, dict) else {}
+        undone = self._rollback([(step, info) for step, info, _ in _entries(self.journal, data)])
         self.journal.clear()
         return undone
+
+    def forget(self) -> None:
+        """Drop the journal of a run whose steps all completed (it is kept, not rolled back)."""
+        self.journal.clear()
 
     def run(self, plan: Plan, baseline: dict[str, str | None],
             verify: Callable[[], None] | None = None) -> Outcome:
         """Apply every step, then ``verify``; on any failure roll back and raise ApplyError."""
         self.ctx.baseline = dict(baseline)
         data = {"schema": JOURNAL_SCHEMA, "pid": os.getpid(), "profile": plan.profile,
-                "baseline": self.ctx.baseline, "entries": []}
+                "steps": len(plan.steps), "baseline": self.ctx.baseline, "entries": []}
         self.journal.save(data)
         outcome, done = Outcome(), []
         for index, step in enumerate(plan.steps):

@@ -13,10 +13,14 @@ from vgpu.fsutil import atomic_write
 class FileStore:
     """Reads and writes files below ``root`` (the host's /etc, or a simulated one)."""
 
-    def __init__(self, root: Path):
-        self.root = Path(root)
+    def __init__(self, root: Path | None):
+        """``root`` None: a host whose config is unknown (a bare sysfs capture): every file reads as
+        absent and writing is refused."""
+        self.root = Path(root) if root is not None else None
 
     def path(self, rel: str) -> Path:
+        if self.root is None:
+            raise InputError("this capture has no etc/ directory, so its config files cannot be written")
         target = (self.root / rel)
         if ".." in Path(rel).parts or Path(rel).is_absolute():
             raise InputError(f"refusing a config path outside {self.root}: {rel!r}")
@@ -24,6 +28,8 @@ class FileStore:
 
     def read(self, rel: str) -> str | None:
         """The file's text; for a symlink, its target; None when absent."""
+        if self.root is None:
+            return None
         path = self.path(rel)
         if path.is_symlink():
             return os.readlink(path)

@@ -8,6 +8,7 @@ and never spells ``/sys`` itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
+import os
 from pathlib import Path
 
 from vgpu.errors import InputError
@@ -23,7 +24,10 @@ class HostPaths:
 
     @classmethod
     def system(cls) -> "HostPaths":
-        return cls(Path("/sys"), Path("/proc"), Path("/etc"), Path("/dev"), label="this host")
+        """This machine. $VGPU_ETC_DIR moves the config root (default /etc), e.g. to prepare an
+        image or a chroot: every file vgpu reads or writes under /etc is then under it."""
+        etc = Path(os.environ.get("VGPU_ETC_DIR") or "/etc")
+        return cls(Path("/sys"), Path("/proc"), etc, Path("/dev"), label="this host")
 
     @classmethod
     def under(cls, root: Path, label: str | None = None) -> "HostPaths":

@@ -1,4 +1,4 @@
-"""Host snapshots: the PCI/IOMMU/module subset of /sys plus /proc/cmdline and modprobe.d.
+"""Host snapshots: the PCI/IOMMU/module subset of /sys, /proc/cmdline, and what vgpu reads of /etc.
 
 ``capture`` writes a tar.gz an operator can attach to a support case; ``open_snapshot`` unpacks
 one into a temporary tree that discovery and ``plan`` read exactly like a live host. Only the
@@ -70,9 +70,26 @@ def _entries(paths: HostPaths) -> Iterator[tuple[Path, str]]:
     if paths.proc:
         yield paths.proc / "cmdline", "proc/cmdline"
     if paths.etc:
-        yield paths.etc / "gim_config", "etc/gim_config"
-        for name in _listdir(paths.etc / "modprobe.d"):
-            yield paths.etc / "modprobe.d" / name, f"etc/modprobe.d/{name}"
+        yield from _etc(paths.etc)
+
+
+def _etc(etc: Path) -> Iterator[tuple[Path, str]]:
+    """What plan and status read of /etc: gim's and modprobe's config, and what provision recorded."""
+    from vgpu.persist import STATE_RECORD, UNIT_LINK, UNIT_PATH
+
+    yield etc / "gim_config", "etc/gim_config"
+    for name in _listdir(etc / "modprobe.d"):
+        yield etc / "modprobe.d" / name, f"etc/modprobe.d/{name}"
+    for name in _listdir(etc / "modules-load.d"):
+        yield etc / "modules-load.d" / name, f"etc/modules-load.d/{name}"
+    yield etc / STATE_RECORD, f"etc/{STATE_RECORD}"
+    yield etc / UNIT_PATH, f"etc/{UNIT_PATH}"
+    # the unit's enable link points at an absolute path, which the safe unpacking refuses: keep the
+    # link's target as the file's text, which is what FileStore.read gives for a link
+    yield etc / UNIT_LINK, f"etc/{UNIT_LINK}{LINK_AS_TEXT}"
+
+
+LINK_AS_TEXT = "#link-as-text"  # suffix (never written) marking an entry stored as its link target
 
 
 def _pci(sys: Path) -> Iterator[tuple[Path, str]]:
@@ -112,6 +129,10 @@ class _Writer:
         self.tar = tar
 
     def add(self, src: Path, arc: str) -> None:
+        if arc.endswith(LINK_AS_TEXT):
+            if src.is_symlink():
+                self.add_bytes(arc[:-len(LINK_AS_TEXT)], os.readlink(src).encode())
+            return
         if src.is_symlink():
             info = tarfile.TarInfo(arc)
             info.type, info.linkname, info.mode = tarfile.SYMTYPE, os.readlink(src), 0o777

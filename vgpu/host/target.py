@@ -17,10 +17,13 @@ class HostTarget:
     read_only: bool = False
 
     @property
-    def state_dir(self) -> Path:
-        """Where vgpu keeps its lock and journal on this host (/var/lib/vgpu)."""
+    def state_dir(self) -> Path | None:
+        """Where vgpu keeps its lock and journal on this host (/var/lib/vgpu); None for a capture,
+        which has neither (nothing is ever applied to it)."""
         if self.sim is not None:
             return Path(self.sim.root) / "var" / "lib" / "vgpu"
+        if self.read_only:
+            return None
         return Path("/var/lib/vgpu")
 
     @property
@@ -36,5 +39,8 @@ class HostTarget:
 
     @property
     def files(self) -> FileStore:
-        """The host's /etc, where profiles are persisted."""
-        return FileStore(self.paths.etc or Path("/etc"))
+        """The host's /etc, where profiles are persisted. A capture without an etc/ has no config
+        files (they read as absent), never this machine's /etc."""
+        if self.paths.etc is None:
+            return FileStore(None)
+        return FileStore(self.paths.etc)

@@ -156,6 +156,9 @@ class Plan:
     host: str
     steps: tuple[Step, ...] = ()
     warnings: tuple[str, ...] = ()
+    # "apply" (provision a profile), "release" (back to the default state), or "rollback" (undo, in this
+    # order, the steps an interrupted run had started)
+    action: str = "apply"
 
     @property
     def in_sync(self) -> bool:
@@ -173,7 +176,8 @@ class Plan:
         return tuple(seen)
 
     def to_dict(self) -> dict:
-        return {"schema": PLAN_SCHEMA, "profile": self.profile, "host": self.host, "in_sync": self.in_sync,
+        return {"schema": PLAN_SCHEMA, "action": self.action, "profile": self.profile, "host": self.host,
+                "in_sync": self.in_sync,
                 "disruptive": self.disruptive, "warnings": list(self.warnings),
                 "steps": [s.to_dict() for s in self.steps]}
 
