@@ -76,6 +76,9 @@ def check(desired: Desired, inv: Inventory, catalog: Catalog = DEFAULT) -> list[
     if desired.mode is Mode.SRIOV and (gim is None or not gim.loaded):
         problems.append(Problem("host", "gim (AMD's SR-IOV host driver) is not loaded",
                                 "install gim-dkms with playbooks/host.yml, `modprobe gim`, then plan again"))
+    if desired.mode is Mode.SRIOV:
+        problems += _vf_num_overrides(inv)
+        problems += _bystanders(desired, inv, catalog)
     if not desired.targets:
         problems.append(Problem("host", f"no GPU on this host matches profile {desired.profile}"))
     for target in desired.targets:
@@ -84,6 +87,45 @@ def check(desired: Desired, inv: Inventory, catalog: Catalog = DEFAULT) -> list[
             problems.append(Problem(str(target.address), "no such GPU on this host", "check `vgpu discover`"))
             continue
         problems += _check_gpu(desired, target, gpu, catalog)
+    return problems
+
+
+def _bystanders(desired: Desired, inv: Inventory, catalog: Catalog) -> list[Problem]:
+    """GPUs gim drives that the profile does not select keep their VF count, but gim_config's
+    memory_partition_mode is one number for the whole host: refuse when it is invalid for them
+    (GIM would silently fall back to NPS1 on those GPUs)."""
+    memory = next((t.memory for t in desired.targets if t.memory), None)
+    if memory is None:
+        return []
+    wanted = {t.address for t in desired.targets}
+    problems = []
+    for gpu in _gim_pfs(inv, desired):
+        model = catalog.by_name(gpu.model)
+        if gpu.address in wanted or model is None:
+            continue
+        vf_num = max(gpu.num_vfs or 0, 1)
+        compute = COMPUTE_FOR_VF_NUM.get(vf_num)
+        if compute and model.combo(vf_num, ComputePartition(compute), MemoryPartition(memory)) is None:
+            problems.append(Problem(f"{gpu.address} ({gpu.model})",
+                                    f"not selected, but gim drives it with {vf_num} VF(s) ({compute}), and the "
+                                    f"host-wide memory_partition_mode {memory} is not valid with that (GIM would "
+                                    "silently fall back to NPS1 on it)",
+                                    "select this GPU too, or use a memory partition valid for every GPU gim drives"))
+    return problems
+
+
+def _vf_num_overrides(inv: Inventory) -> list[Problem]:
+    """vf_num given to gim anywhere but /etc/gim_config wins over the file (HARDWARE.md 3), so the
+    reload would create the wrong number of VFs: refuse until the operator removes it."""
+    problems = []
+    if "vf_num" in inv.facts.modprobe_options.get("gim", {}):
+        problems.append(Problem("host", "an `options gim vf_num=...` line in /etc/modprobe.d overrides the VF "
+                                "counts vgpu writes to /etc/gim_config",
+                                "remove vf_num from that options line (vgpu sets it in /etc/gim_config)"))
+    if any(word.startswith("gim.vf_num=") for word in (inv.facts.cmdline or "").split()):
+        problems.append(Problem("host", "gim.vf_num= on the kernel command line overrides the VF counts vgpu "
+                                "writes to /etc/gim_config",
+                                "remove gim.vf_num= from the boot loader's kernel command line and reboot"))
     return problems
 
 
@@ -96,7 +138,9 @@ def _check_gpu(desired: Desired, target: Target, gpu: Gpu, catalog: Catalog) -> 
     if desired.mode is Mode.PASSTHROUGH:
         if gpu.driver == "gim":
             return [Problem(subject, "gim drives this PF, which the profile wants for whole-GPU passthrough",
-                            "release it first (`vgpu release`) or exclude it from gim with enabled_devices")]
+                            "unload gim (`vgpu release`, then `modprobe -r gim` and remove it from "
+                            "/etc/modules-load.d), or keep this GPU out of gim with gim's enabled_devices module "
+                            "parameter (/etc/modprobe.d)")]
         return []
     problems = []
     if target.vf_num not in model.gim_vf_counts:
@@ -154,14 +198,34 @@ def gim_config_text(pfs: Sequence[Gpu], desired: Desired) -> str:
     return f"vf_num={','.join(vf)}\nmemory_partition_mode={MemoryPartition(memory).gim_number}\n"
 
 
+CONFIG_PURPOSE = {
+    GIM_CONFIG: "vf_num and memory partition per GPU, read by gim at load",
+    MODPROBE_CONF: "keep amdgpu off the PFs; vfio-pci options",
+    MODULES_LOAD: "load gim and vfio-pci at boot",
+}
+
+
+def desired_files(desired: Desired, inv: Inventory) -> dict[str, str]:
+    """The config files (relative to /etc) the profile needs, with their exact content, in write order.
+    The plan writes those that differ; ``status`` reports each one."""
+    if desired.mode is Mode.SRIOV:
+        return {GIM_CONFIG: gim_config_text(_gim_pfs(inv, desired), desired), MODPROBE_CONF: modprobe_text(desired),
+                MODULES_LOAD: "gim\nvfio-pci\n"}
+    return {MODPROBE_CONF: modprobe_text(desired), MODULES_LOAD: "vfio-pci\n"}
+
+
+def _file_steps(desired: Desired, inv: Inventory, files) -> list:
+    why = dict(CONFIG_PURPOSE)
+    if desired.mode is Mode.PASSTHROUGH:
+        why[MODULES_LOAD] = "load vfio-pci at boot"
+    return [WriteFile(path, content, why=why[path]) for path, content in desired_files(desired, inv).items()
+            if files.get(path) != content]
+
+
 def _sriov_steps(desired: Desired, inv: Inventory, files, holders: Holders) -> list:
     pfs = _gim_pfs(inv, desired)
-    steps: list = []
     config = gim_config_text(pfs, desired)
-    modprobe = modprobe_text(desired)
-    steps += _file_step(files, GIM_CONFIG, config, "vf_num and memory partition per GPU, read by gim at load")
-    steps += _file_step(files, MODPROBE_CONF, modprobe, "keep amdgpu off the PFs; vfio-pci options")
-    steps += _file_step(files, MODULES_LOAD, "gim\nvfio-pci\n", "load gim and vfio-pci at boot")
+    steps: list = _file_steps(desired, inv, files)
     reload = _needs_reload(desired, inv)
     if reload:
         every_vf = tuple(vf.address for g in inv.gpus for vf in g.vfs)
@@ -192,9 +256,7 @@ def _needs_reload(desired: Desired, inv: Inventory) -> bool:
 
 
 def _passthrough_steps(desired: Desired, inv: Inventory, files, holders: Holders) -> list:
-    steps: list = []
-    steps += _file_step(files, MODPROBE_CONF, modprobe_text(desired), "keep amdgpu off the PFs; vfio-pci options")
-    steps += _file_step(files, MODULES_LOAD, "vfio-pci\n", "load vfio-pci at boot")
+    steps: list = _file_steps(desired, inv, files)
     for target in desired.targets:
         gpu = inv.gpu(target.address)
         group = gpu.iommu_group.members if gpu.iommu_group else ()
@@ -236,10 +298,6 @@ def _persistence_steps(desired: Desired, files) -> list:
             and files.get(UNIT_LINK) is not None:
         return []
     return [InstallPersistence(profile=desired.profile, record=desired.record, unit=desired.unit)]
-
-
-def _file_step(files, path: str, content: str, why: str) -> list:
-    return [] if files.get(path) == content else [WriteFile(path, content, why=why)]
 
 
 def disruption_for(functions: tuple[PciAddress, ...], holders: Holders, host_wide: bool = False) -> Disruption:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from vgpu.catalog import Mode
-from vgpu.errors import InUseError, InputError, VgpuError
+from vgpu.errors import InUseError, InputError, RefusedError, VgpuError
 from vgpu.host.discovery import discover
 from vgpu.host.executor import Executor, Journal, Outcome, StepHook, host_lock, pending_run
 from vgpu.host.holders import function_holders
@@ -22,7 +22,8 @@ from vgpu.host.target import HostTarget
 from vgpu.model.inventory import Inventory
 from vgpu.model.plan import Plan
 from vgpu.persist import STATE_RECORD, UNIT_LINK, UNIT_PATH, state_record, unit_text
-from vgpu.planner import GIM_CONFIG, MODPROBE_CONF, MODULES_LOAD, Desired, Target, make_plan
+from vgpu.model.plan import Problem
+from vgpu.planner import GIM_CONFIG, MODPROBE_CONF, MODULES_LOAD, Desired, Refusal, Target, make_plan
 
 TRACKED_FILES = (GIM_CONFIG, MODPROBE_CONF, MODULES_LOAD, STATE_RECORD, UNIT_PATH, UNIT_LINK)
 
@@ -33,8 +34,12 @@ def exec_start() -> str:
 
 
 def desired_state(profile, inv: Inventory) -> Desired:
-    """The profile resolved against this host's GPUs (selection raises RefusedError)."""
-    gpus = profile.select_gpus(inv.gpus)
+    """The profile resolved against this host's GPUs; a selection the host cannot meet is a Refusal
+    like any other problem (one sentence, and JSON with `plan --json`)."""
+    try:
+        gpus = profile.select_gpus(inv.gpus)
+    except RefusedError as exc:
+        raise Refusal(profile.name, [Problem("profile", exc.message, exc.hint)]) from None
     spec = profile.gpu
     targets = tuple(Target(g.address, vf_num=spec.vfs_per_gpu or 0,
                            compute=spec.compute_partition.value if spec.compute_partition else None,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from vgpu.catalog import Mode
 from vgpu.model.inventory import Inventory
 from vgpu.persist import STATE_RECORD, UNIT_LINK, UNIT_PATH
-from vgpu.planner import VFIO, Desired, check
+from vgpu.planner import VFIO, Desired, check, desired_files
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,10 @@ def status_items(desired: Desired, inv: Inventory, files: Mapping[str, str | Non
             members = gpu.iommu_group.others(gpu.address) if gpu.iommu_group else ()
             items += [Item(str(m.address), "driver (same IOMMU group)", VFIO, m.driver or "none")
                       for m in members if not m.is_bridge]
+    for path, content in desired_files(desired, inv).items():
+        actual = files.get(path)
+        state = "missing" if actual is None else "as vgpu wrote it" if actual == content else "changed"
+        items.append(Item("host", f"/etc/{path}", "as vgpu wrote it", state))
     present = "present" if files.get(UNIT_PATH) == desired.unit and files.get(UNIT_LINK) else "missing"
     items.append(Item("host", "boot persistence", "present", present))
     recorded = "recorded" if files.get(STATE_RECORD) is not None else "missing"

@@ -143,3 +143,19 @@ def test_plan_output_names_every_vf_and_vm_a_reload_takes_away(sim):
     reload = next(s for s in plan["steps"] if s["kind"] == "reload-gim")
     assert sorted(reload["disruption"]["functions"]) == sorted(str(a) for a in vfs)
     assert reload["disruption"]["vms"] == ["train-07"]
+
+
+@pytest.mark.parametrize("change, state", [("remove", "missing"), ("edit", "changed")])
+def test_status_reports_a_config_file_changed_behind_its_back(sim, change, state):
+    host = sim()
+    provision(target_of(host), load_profile("mi300x-4vf"))
+    conf = host.root / "etc/modprobe.d/vgpu.conf"
+    if change == "remove":
+        conf.unlink()
+    else:
+        conf.write_text(conf.read_text() + "options gim vf_num=1\n")
+    proc = run_cli("status", "--json", "--simulate", "--sim-dir", str(host.state_dir), sim_dir=host.state_dir,
+                   check_rc=1)
+    items = {i["what"]: i for i in json.loads(proc.stdout)["items"] if i["subject"] == "host"}
+    assert items["/etc/modprobe.d/vgpu.conf"]["actual"] == state
+    assert items["/etc/gim_config"]["ok"] and items["/etc/modules-load.d/vgpu.conf"]["ok"]

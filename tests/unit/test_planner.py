@@ -156,3 +156,39 @@ def test_esxi_profile_on_a_linux_host_is_refused_in_one_sentence():
     problems = check(d, inventory([gpu(a) for a in A]))
     assert len(problems) == 1  # not one "gim drives this PF" per GPU as well
     assert "VMware ESXi 8" in problems[0].message and "Linux KVM host" in problems[0].message
+
+
+def _with_facts(inv, **changes):
+    from dataclasses import replace
+    return replace(inv, facts=replace(inv.facts, **changes))
+
+
+def test_refuses_vf_num_set_in_modprobe_d_because_it_overrides_gim_config():
+    inv = _with_facts(inventory([gpu(a) for a in A]), modprobe_options={"gim": {"vf_num": "1"}})
+    assert "options gim vf_num=...` line in /etc/modprobe.d overrides" in problems_of(desired(), inv)
+
+
+def test_refuses_gim_vf_num_on_the_kernel_command_line():
+    inv = _with_facts(inventory([gpu(a) for a in A]), cmdline="iommu=pt gim.vf_num=2")
+    assert "gim.vf_num= on the kernel command line" in problems_of(desired(), inv)
+
+
+def test_vf_num_override_does_not_matter_for_passthrough():
+    inv = _with_facts(inventory([gpu(a, driver="vfio-pci", vfs=0) for a in A], gim=False),
+                      modprobe_options={"gim": {"vf_num": "1"}})
+    plan = make_plan(desired(vf_num=0, compute=None, memory=None, mode=Mode.PASSTHROUGH), inv, {}, {})
+    assert plan.steps
+
+
+def test_refuses_host_wide_memory_mode_invalid_for_an_unselected_gim_gpu():
+    # the profile takes only 05:00.0 at 8 VFs CPX/NPS4; 85:00.0 keeps 1 VF (SPX), and SPX/NPS4 is no GIM pair
+    inv = inventory([gpu(a) for a in A])
+    msg = problems_of(desired(vf_num=8, compute="CPX", memory="NPS4", addrs=A[:1]), inv)
+    assert "0000:85:00.0 (MI300X): not selected, but gim drives it with 1 VF(s) (SPX)" in msg
+    assert "0000:05:00.0" not in msg
+
+
+def test_unselected_gim_gpu_with_a_compatible_count_is_fine():
+    inv = inventory([gpu(A[0]), gpu(A[1], vfs=8, compute="CPX", memory="NPS4")])
+    plan = make_plan(desired(vf_num=8, compute="CPX", memory="NPS4", addrs=A[:1]), inv, {}, {})
+    assert plan.steps

@@ -129,7 +129,7 @@ def status(as_json, simulate, sim_dir, sysfs_root, snapshot) -> int:
     from vgpu.cli import planview
     from vgpu.host.discovery import discover
     from vgpu.planner import Refusal
-    from vgpu.provision import current_files, desired_state, recorded_profile
+    from vgpu.provision import current_files, desired_state, interrupted_run_warnings, recorded_profile
     from vgpu.status import status_items
 
     with open_host(simulate, sim_dir, sysfs_root, snapshot) as target:
@@ -144,6 +144,8 @@ def status(as_json, simulate, sim_dir, sysfs_root, snapshot) -> int:
             planview.show_refusal(exc, profile.name, target.paths.label, as_json)
             return ExitCode.FAILURE
         items = status_items(desired, inv, current_files(target))
+        for warning in interrupted_run_warnings(target):
+            click.echo(f"warning: {warning}", err=True)
     planview.show_status(profile.name, target.paths.label, items, as_json)
     return ExitCode.OK if all(i.ok for i in items) else ExitCode.FAILURE
 
