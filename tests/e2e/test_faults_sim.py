@@ -161,3 +161,16 @@ def test_damaged_journal_is_one_clear_error_and_changes_nothing(sim, content):
     assert proc.returncode not in (0, 70) and "Traceback" not in proc.stderr, proc.stderr
     assert "journal" in proc.stderr and proc.stderr.startswith("error: ")
     assert inventory(host).gpus == before.gpus and journal.read_text() == content
+
+
+@pytest.mark.parametrize("op", ["unload_module:gim", "load_module:gim", "write_attr:*/driver_override"])
+def test_sigkill_inside_a_step_then_next_run_converges(sim, op):
+    # not between steps but in the middle of one: gim unloaded and not yet reloaded, or a VF half rebound
+    host = sim()
+    host.kernel.fail_next(op, kill=True)
+    args = ("provision", "--profile", "mi300x-4vf", "--yes", "--simulate", "--sim-dir", str(host.state_dir))
+    killed = run_cli(*args, sim_dir=host.state_dir)
+    assert killed.returncode == -9, killed.stderr[-500:]
+    again = run_cli(*args, sim_dir=host.state_dir, check_rc=0)
+    assert "recovered" in again.stdout
+    assert plan_profile(target_of(host), load_profile("mi300x-4vf")).plan.in_sync

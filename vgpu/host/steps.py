@@ -107,7 +107,7 @@ def _wait_for_vfs(ctx: Context, expected: dict[PciAddress, int]) -> None:
             return
         if time.monotonic() >= deadline:
             pf, n = next(iter(missing.items()))
-            raise HostError(f"gim did not create {n} VF(s) on {pf} within {ctx.vf_timeout:.0f} s "
+            raise HostError(f"gim did not create {n} VF(s) on {pf} within {ctx.vf_timeout:g} s "
                             f"(it has {len(ctx.vfs_of(pf))})",
                             hint="see `dmesg | grep gim`: vf_num must be allowed and at most TotalVFs")
         time.sleep(0.1)
