@@ -3,10 +3,12 @@
 
 Prints one JSON line: plan_inproc_s (best of N), plan_cli_s (whole `python -m vgpu plan` process),
 provision_s, kernel_s (time inside the simulated kernel's operations), tool_s = provision_s - kernel_s.
+`--record` appends it to benchmarks/results/plan.jsonl.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -42,6 +44,9 @@ def timed_kernel(kernel):
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--record", action="store_true", help="append the result to benchmarks/results/plan.jsonl")
+    args = ap.parse_args()
     profile = load_profile("mi300x-4vf")
     with tempfile.TemporaryDirectory() as tmp:
         host = SimHost.create(Path(tmp) / "sim", machine="8xmi300x")
@@ -66,10 +71,16 @@ def main() -> None:
             subprocess.run([sys.executable, "-m", "vgpu", "plan", "--profile", "mi300x-4vf", "--simulate"],
                            env=env, capture_output=True, check=True)
             cli.append(time.perf_counter() - t)
-    print(json.dumps({"bench": "plan", "plan_inproc_s": round(min(runs), 4), "plan_cli_s": round(min(cli), 3),
-                      "plan_cli_median_s": round(statistics.median(cli), 3), "load1": os.getloadavg()[0],
-                      "provision_s": round(prov, 3), "kernel_s": round(spent[0], 3),
-                      "tool_s": round(prov - spent[0], 3), "when": time.strftime("%Y-%m-%d")}))
+    result = {"bench": "plan", "plan_inproc_s": round(min(runs), 4), "plan_cli_s": round(min(cli), 3),
+              "plan_cli_median_s": round(statistics.median(cli), 3), "load1": round(os.getloadavg()[0], 2),
+              "provision_s": round(prov, 3), "kernel_s": round(spent[0], 3),
+              "tool_s": round(prov - spent[0], 3), "cpus": os.cpu_count(), "when": time.strftime("%Y-%m-%d")}
+    print(json.dumps(result))
+    if args.record:
+        out = ROOT / "benchmarks" / "results" / "plan.jsonl"
+        out.parent.mkdir(exist_ok=True)
+        with open(out, "a") as fh:
+            fh.write(json.dumps(result) + "\n")
 
 
 if __name__ == "__main__":
