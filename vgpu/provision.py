@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from vgpu.catalog import Mode
 from vgpu.errors import InUseError, InputError, RefusedError, VgpuError
@@ -20,9 +20,9 @@ from vgpu.host.holders import function_holders
 from vgpu.host.steps import Context
 from vgpu.host.target import HostTarget
 from vgpu.model.inventory import Inventory
-from vgpu.model.plan import Plan
+from vgpu.model.pci import PciAddress
+from vgpu.model.plan import Plan, Problem
 from vgpu.persist import STATE_RECORD, UNIT_LINK, UNIT_PATH, state_record, unit_text
-from vgpu.model.plan import Problem
 from vgpu.planner import GIM_CONFIG, MODPROBE_CONF, MODULES_LOAD, Desired, Refusal, Target, make_plan
 
 TRACKED_FILES = (GIM_CONFIG, MODPROBE_CONF, MODULES_LOAD, STATE_RECORD, UNIT_PATH, UNIT_LINK)
@@ -47,6 +47,33 @@ def desired_state(profile, inv: Inventory) -> Desired:
     return Desired(profile=profile.name, model=spec.model, mode=spec.mode, targets=targets,
                    record=state_record(profile.name, profile.to_dict()), unit=unit_text(exec_start()),
                    warnings=tuple(profile.warnings()), hypervisor=profile.hypervisor.value)
+
+
+@dataclass(frozen=True)
+class _Function:
+    address: PciAddress
+    numa_node: int | None
+
+
+def planned_vms(profile, desired: Desired, inv: Inventory) -> tuple[tuple[str, tuple[PciAddress, ...]], ...] | None:
+    """The profile's VM assignment over the functions the host will have once the plan is applied
+    (VF addresses predicted from each PF's SR-IOV offset and stride), or None when they cannot be
+    predicted. Raises RefusedError when the functions cannot be assigned as the profile asks."""
+    functions: list[_Function] = []
+    for t in desired.targets:
+        gpu = inv.gpu(t.address)
+        if gpu is None:
+            continue  # the planner's check names it
+        if desired.mode is Mode.PASSTHROUGH:
+            functions.append(_Function(gpu.address, gpu.numa_node))
+            continue
+        addresses = gpu.vf_addresses(t.vf_num)
+        if addresses is None:
+            return None
+        functions += [_Function(a, gpu.numa_node) for a in addresses]
+    if not functions:
+        return ()
+    return tuple((vm, tuple(addresses)) for vm, addresses in profile.vm_assignment(functions).items())
 
 
 def current_files(target: HostTarget) -> dict[str, str | None]:
@@ -92,7 +119,21 @@ def plan_profile(target: HostTarget, profile) -> PlanResult:
     warnings: list[str] = []
     holders = function_holders(target.paths, inv, vm_holders(target, inv, warnings))
     desired = desired_state(profile, inv)
-    plan = make_plan(desired, inv, current_files(target), holders)
+    vm_problems: list[Problem] = []
+    try:
+        vms = planned_vms(profile, desired, inv)
+    except RefusedError as exc:
+        vms, vm_problems = None, [Problem("vms", exc.message, exc.hint)]
+    try:
+        plan = make_plan(desired, inv, current_files(target), holders)
+    except Refusal as exc:
+        raise Refusal(profile.name, [*exc.problems, *vm_problems]) from None
+    if vm_problems:
+        raise Refusal(profile.name, vm_problems)
+    if vms is None:
+        warnings.append("which VM gets which VF is known only once gim has created the VFs (the PFs do not "
+                        "report their SR-IOV offset and stride)")
+    plan = replace(plan, vms=vms)
     warnings += interrupted_run_warnings(target)
     if target.paths.etc is None:
         warnings.append(f"{target.paths.label} has no etc/ beside it: its config files read as absent")
@@ -180,8 +221,6 @@ def _recover(target: HostTarget, executor: Executor, force: bool, confirm: Confi
 def _with_current_holders(step, inv: Inventory, holders) -> object:
     """``step`` with its disruption recomputed against who holds the functions now (the journal's
     copy names the holders of when it was planned)."""
-    from dataclasses import replace
-
     from vgpu.planner import disruption_for
 
     d = getattr(step, "disruption", None)

@@ -159,3 +159,36 @@ def test_status_reports_a_config_file_changed_behind_its_back(sim, change, state
     items = {i["what"]: i for i in json.loads(proc.stdout)["items"] if i["subject"] == "host"}
     assert items["/etc/modprobe.d/vgpu.conf"]["actual"] == state
     assert items["/etc/gim_config"]["ok"] and items["/etc/modules-load.d/vgpu.conf"]["ok"]
+
+
+@pytest.mark.parametrize("name", ["mi300x-4vf", "mi300x-8vf", "mi300x-1vf"])
+def test_plan_names_each_vms_functions_before_gim_creates_them(sim, name):
+    # VF addresses come from each PF's SR-IOV offset and stride; the prediction must match what appears
+    host = sim()
+    target = target_of(host)
+    profile = load_profile(name)
+    predicted = plan_profile(target, profile).plan.vms
+    provision(target, profile)
+    vfs = [vf for g in inventory(host).gpus for vf in g.vfs]
+    actual = tuple((vm, tuple(fns)) for vm, fns in profile.vm_assignment(vfs).items())
+    assert predicted == actual and len(predicted) == len(vfs) // profile.vms.vfs_per_vm
+
+
+@pytest.mark.parametrize("base, vms, message", [
+    ("mi300x-8vf", {"assign": {"train-01": ["0000:99:02.0"]}, "vfs_per_vm": None, "name_pattern": None},
+     "assigns 0000:99:02.0 to VM train-01, but it is not one of the 64 VFs"),
+    ("mi300x-4vf", {"vfs_per_vm": 32, "numa_policy": "required"}, "NUMA policy required: NUMA node 0 has 16 VFs"),
+])
+def test_profile_whose_vms_cannot_be_assigned_on_this_host_is_refused(sim, tmp_path, base, vms, message):
+    import yaml
+    host = sim()
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"version": "v1", "name": "vm-test", "extends": base, "vms": vms}))
+    before = inventory(host)
+    proc = run_cli("plan", "--profile", str(path), "--json", "--simulate", "--sim-dir", str(host.state_dir),
+                   sim_dir=host.state_dir, check_rc=4)
+    problems = json.loads(proc.stdout)["problems"]
+    assert any(p["subject"] == "vms" and message in p["message"] for p in problems), problems
+    run_cli("provision", "--profile", str(path), "--yes", "--simulate", "--sim-dir", str(host.state_dir),
+            sim_dir=host.state_dir, check_rc=4)
+    assert inventory(host).gpus == before.gpus

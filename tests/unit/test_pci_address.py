@@ -40,3 +40,19 @@ def test_esxi_vmx_id_is_decimal():
 
 def test_libvirt_nodedev_name():
     assert PciAddress.parse("0000:85:02.1").libvirt_nodedev_name() == "pci_0000_85_02_1"
+
+
+@pytest.mark.parametrize("pf, offset, stride, index, vf", [
+    ("0000:85:00.0", 16, 1, 0, "0000:85:02.0"),     # GIM's MI300X layout: VFs at device 2 of the PF's bus
+    ("0000:85:00.0", 16, 1, 7, "0000:85:02.7"),
+    ("0000:85:00.0", 16, 1, 8, "0000:85:03.0"),     # function wraps into the next device
+    ("0000:3b:00.0", 0x80, 2, 3, "0000:3b:10.6"),   # NIC-style offset and stride
+    ("0001:00:1f.7", 1, 1, 0, "0001:01:00.0"),      # routing ID carries into the next bus
+])
+def test_virtfn_follows_offset_and_stride(pf, offset, stride, index, vf):
+    assert str(PciAddress.parse(pf).virtfn(offset, stride, index)) == vf
+
+
+def test_virtfn_outside_the_domain_is_an_input_error():
+    with pytest.raises(InputError, match="outside its PCI domain"):
+        PciAddress.parse("0000:ff:1f.0").virtfn(16, 1, 0)

@@ -25,6 +25,7 @@ def show_plan(plan: Plan, warnings: list[str]) -> None:
         table.add_row(str(i), step.describe(), _disrupts(step))
     out.print(table)
     _show_disruptions(out, plan)
+    _show_vms(out, plan)
     holders = plan.holders()
     if holders:
         out.print(f"[bold red]in use:[/] {', '.join(holders)} would lose devices (provision refuses without --force)")
@@ -32,6 +33,15 @@ def show_plan(plan: Plan, warnings: list[str]) -> None:
     how = {"apply": f" Apply with `vgpu provision --profile {plan.profile}`.",
            "release": " Apply with `vgpu release`."}.get(plan.action, "")
     out.print(f"{len(plan.steps)} step(s), {verdict}.{how}")
+
+
+def _show_vms(out, plan: Plan) -> None:
+    """Which VM gets which functions once applied (the profile's `vms`), one line per VM."""
+    if not plan.vms:
+        return
+    out.print(f"[bold]VM assignment[/] ({len(plan.vms)} VM(s), from the profile's vms section):")
+    for vm, functions in plan.vms:
+        out.print(f"  {vm}: {', '.join(str(a) for a in functions)}")
 
 
 def _show_disruptions(out, plan: Plan) -> None:

@@ -122,7 +122,7 @@ def _build_gpu(rec: FunctionRecord, records: dict, views: dict, paths: HostPaths
     return Gpu(address=rec.address, model=match.model.name, device_id=rec.device, subsystem=rec.subsystem,
                driver=rec.driver, numa_node=rec.numa_node, iommu_group=_group(rec.iommu_group, records, paths),
                bars=rec.bars, link=rec.link, total_vfs=rec.total_vfs, num_vfs=rec.num_vfs,
-               partition=rec.partition, vfs=tuple(vfs))
+               partition=rec.partition, vfs=tuple(vfs), vf_offset=rec.vf_offset, vf_stride=rec.vf_stride)
 
 
 def _group(number: int | None, records: dict, paths: HostPaths) -> IommuGroup | None:

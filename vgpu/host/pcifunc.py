@@ -97,6 +97,8 @@ class FunctionRecord:
     link: Link = field(default_factory=lambda: Link(None, None))
     total_vfs: int | None = None
     num_vfs: int | None = None
+    vf_offset: int | None = None  # SR-IOV First VF Offset and VF Stride (routing-ID units)
+    vf_stride: int | None = None
     partition: Partition = field(default_factory=Partition)
 
     @property
@@ -142,6 +144,8 @@ def read_details(view: DeviceView, rec: FunctionRecord) -> FunctionRecord:
                     view.attr("max_link_speed"), parse_int(view.attr("max_link_width"), 10))
     rec.total_vfs = parse_int(view.attr("sriov_totalvfs"), 10)
     rec.num_vfs = parse_int(view.attr("sriov_numvfs"), 10)
+    rec.vf_offset = parse_int(view.attr("sriov_offset"), 10)
+    rec.vf_stride = parse_int(view.attr("sriov_stride"), 10)
     rec.partition = read_partition(view, rec.driver)
     return rec
 

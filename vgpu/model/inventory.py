@@ -89,6 +89,17 @@ class Gpu:
     num_vfs: int | None
     partition: Partition
     vfs: tuple[VirtualFunction, ...] = ()
+    vf_offset: int | None = None  # SR-IOV First VF Offset / VF Stride: where VFs will appear
+    vf_stride: int | None = None
+
+    def vf_addresses(self, count: int) -> tuple[PciAddress, ...] | None:
+        """The addresses ``count`` VFs of this PF have (the present ones when there are that many),
+        or None when the PF does not report its SR-IOV offset and stride."""
+        if len(self.vfs) == count:
+            return tuple(vf.address for vf in self.vfs)
+        if self.vf_offset is None or self.vf_stride is None or (count > 1 and self.vf_stride <= 0):
+            return None
+        return tuple(self.address.virtfn(self.vf_offset, self.vf_stride, i) for i in range(count))
 
     @property
     def bar64_bytes(self) -> int:

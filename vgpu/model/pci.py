@@ -54,6 +54,20 @@ class PciAddress:
     def _key(self) -> tuple[int, int, int, int]:
         return (self.domain, self.bus, self.slot, self.function)
 
+    @property
+    def routing_id(self) -> int:
+        """The 16-bit PCIe routing ID: bus << 8 | device << 3 | function."""
+        return self.bus << 8 | self.slot << 3 | self.function
+
+    def virtfn(self, offset: int, stride: int, index: int) -> "PciAddress":
+        """The address of VF ``index`` (0-based) of this PF, from the SR-IOV capability's First VF
+        Offset and VF Stride (sysfs ``sriov_offset``/``sriov_stride``): RID = PF RID + offset + index * stride.
+        Raises InputError when that leaves the 256 buses of the domain."""
+        rid = self.routing_id + offset + index * stride
+        if not 0 <= rid <= 0xFFFF:
+            raise InputError(f"VF {index} of {self} would be outside its PCI domain (offset {offset}, stride {stride})")
+        return PciAddress(self.domain, rid >> 8, (rid >> 3) & 0x1F, rid & 7)
+
     def libvirt_nodedev_name(self) -> str:
         """libvirt's node-device name: pci_0000_85_00_0."""
         return f"pci_{self.domain:04x}_{self.bus:02x}_{self.slot:02x}_{self.function}"

@@ -159,6 +159,9 @@ class Plan:
     # "apply" (provision a profile), "release" (back to the default state), or "rollback" (undo, in this
     # order, the steps an interrupted run had started)
     action: str = "apply"
+    # which VM gets which functions once the plan is applied (the profile's `vms`); None when it cannot be
+    # known yet (a PF that does not report where its VFs will appear)
+    vms: tuple[tuple[str, tuple[PciAddress, ...]], ...] | None = ()
 
     @property
     def in_sync(self) -> bool:
@@ -179,7 +182,8 @@ class Plan:
         return {"schema": PLAN_SCHEMA, "action": self.action, "profile": self.profile, "host": self.host,
                 "in_sync": self.in_sync,
                 "disruptive": self.disruptive, "warnings": list(self.warnings),
-                "steps": [s.to_dict() for s in self.steps]}
+                "steps": [s.to_dict() for s in self.steps],
+                "vms": None if self.vms is None else {vm: [str(a) for a in fns] for vm, fns in self.vms}}
 
 
 def step_from_dict(data: dict) -> Step:
