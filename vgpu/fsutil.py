@@ -7,8 +7,10 @@ import tempfile
 from pathlib import Path
 
 
-def atomic_write(path: Path, data: bytes | str, mode: int = 0o644) -> None:
-    """Temp file beside ``path``, fsync, chmod, os.replace: readers see the old or the new file."""
+def atomic_write(path: Path, data: bytes | str, mode: int = 0o644, *, durable: bool = True) -> None:
+    """Temp file beside ``path``, fsync, chmod, os.replace: readers see the old or the new file.
+    ``durable=False`` skips the fsync: still atomic for readers and against a killed process, not
+    against power loss (the simulator, which only has to survive SIGKILL, writes thousands of files)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -16,7 +18,8 @@ def atomic_write(path: Path, data: bytes | str, mode: int = 0o644) -> None:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data.encode("utf-8") if isinstance(data, str) else data)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from vgpu.errors import ApplyError, HostError
-from vgpu.host.executor import Executor, host_lock
+from vgpu.host.executor import host_lock
 from vgpu.profiles import load_profile
 from vgpu.provision import plan_profile, provision
 

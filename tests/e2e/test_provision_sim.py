@@ -6,7 +6,7 @@ import pytest
 
 from vgpu.errors import InUseError, RefusedError
 from vgpu.planner import Refusal
-from vgpu.profiles import load_profile, shipped_names
+from vgpu.profiles import load_profile
 from vgpu.provision import hypervisor_state, plan_profile, provision, release
 
 from conftest import inventory, kvm_profiles, machine_for, run_cli, target_of

@@ -29,7 +29,7 @@ def test_libudev_lists_exactly_the_simulated_functions(tmp_path, testbed, machin
 
 
 def test_libudev_sees_driver_ids_and_sriov_attributes(tmp_path, testbed):
-    host = testbed(SimHost.create(tmp_path / "sim"))
+    testbed(SimHost.create(tmp_path / "sim"))
     pf = pci_devices()["0000:85:00.0"]
     assert pf.driver == "gim"
     assert pf.properties["PCI_ID"] == "1002:74A1"

@@ -1,6 +1,5 @@
 """Readiness rules: each finding appears when its condition holds and says what to do."""
 
-import dataclasses
 
 import pytest
 

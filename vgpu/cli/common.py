@@ -14,7 +14,6 @@ from pathlib import Path
 
 import click
 
-from vgpu.errors import InputError
 from vgpu.host.paths import HostPaths
 from vgpu.host.target import HostTarget
 

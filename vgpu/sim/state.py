@@ -11,12 +11,12 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from vgpu.fsutil import atomic_write
 from vgpu.errors import InputError
 from vgpu.model.pci import PciAddress
 
@@ -169,16 +169,8 @@ def save_state(state_dir: Path, state: SimState) -> None:
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Atomic against readers and a killed process; no fsync (a simulated host need not survive power loss)."""
+    atomic_write(path, text, mode, durable=False)
 
 
 def read_tree_mark(state_dir: Path) -> int | None:
