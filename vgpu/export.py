@@ -33,12 +33,9 @@ def _gpu_section(gpus: list[Gpu], whole_model: bool) -> dict:
     if passthrough and not sriov:
         chosen, section = passthrough, {"model": gpus[0].model, "mode": "passthrough"}
     elif sriov:
-        counts = {len(g.vfs) for g in sriov}
-        if len(counts) > 1:
-            raise InputError("the GPUs have different VF counts "
-                             f"({', '.join(f'{g.address}: {len(g.vfs)}' for g in sriov)}); a profile has one")
-        first = sriov[0]
-        chosen = sriov
+        chosen = _one_setup(sriov)
+        first = chosen[0]
+        counts = {len(first.vfs)}
         section = {"model": first.model, "mode": "sriov", "vfs_per_gpu": counts.pop()}
         if first.partition.compute:
             section["compute_partition"] = first.partition.compute
@@ -51,6 +48,25 @@ def _gpu_section(gpus: list[Gpu], whole_model: bool) -> dict:
     else:
         section["select"] = {"addresses": [str(g.address) for g in chosen]}
     return section
+
+
+def _setup(g: Gpu) -> tuple:
+    return (len(g.vfs), g.partition.compute, g.partition.memory)
+
+
+def _one_setup(sriov: list[Gpu]) -> list[Gpu]:
+    """The gim GPUs one profile can describe: all of them when they share VF count and partitions;
+    otherwise those whose VFs are all on vfio-pci (what a provision with a GPU selection leaves: the
+    others keep gim's default), when they agree. Raises InputError naming the setups found."""
+    if len({_setup(g) for g in sriov}) == 1:
+        return sriov
+    bound = [g for g in sriov if all(vf.driver == VFIO for vf in g.vfs)]
+    if bound and len({_setup(g) for g in bound}) == 1:
+        return bound
+    found = ", ".join(f"{g.address}: {len(g.vfs)} VF(s) {g.partition.compute or '?'}/{g.partition.memory or '?'}"
+                      for g in sriov)
+    raise InputError(f"the GPUs are set up differently ({found}); a profile describes one setup",
+                     hint="provision the host with one profile first, or write the profile by hand")
 
 
 def _safe(name: str) -> str:

@@ -17,10 +17,13 @@ UNIT_LINK = f"systemd/system/multi-user.target.wants/{UNIT_NAME}"
 UNIT_LINK_TARGET = f"../{UNIT_NAME}"
 
 
-def state_record(profile_name: str, profile: dict) -> str:
-    """Canonical JSON (sorted keys, no timestamps) so an unchanged profile compares equal."""
-    return json.dumps({"schema": STATE_SCHEMA, "profile": profile_name, "spec": profile},
-                      sort_keys=True, indent=2) + "\n"
+def state_record(profile_name: str, profile: dict, gpus: list[str] | None = None) -> str:
+    """Canonical JSON (sorted keys, no timestamps) so an unchanged profile compares equal.
+    ``gpus``: the addresses the profile's selection resolved to when it was applied."""
+    record = {"schema": STATE_SCHEMA, "profile": profile_name, "spec": profile}
+    if gpus is not None:
+        record["gpus"] = list(gpus)
+    return json.dumps(record, sort_keys=True, indent=2) + "\n"
 
 
 def unit_text(exec_start: str) -> str:

@@ -278,7 +278,8 @@ def modprobe_text(desired: Desired) -> str:
 
 
 def _same_record(a: str | None, b: str) -> bool:
-    """Records match when they describe the same setup: names and descriptions do not count."""
+    """Records match when they describe the same setup: names and descriptions do not count, and two
+    selections that resolved to the same GPUs (``count: 4`` and those four addresses) are the same."""
     import json
     try:
         x, y = json.loads(a or "null"), json.loads(b)
@@ -290,6 +291,8 @@ def _same_record(a: str | None, b: str) -> bool:
         r.pop("profile", None)
         if isinstance(r.get("spec"), dict):
             r["spec"] = {k: v for k, v in r["spec"].items() if k not in ("name", "description")}
+            if "gpus" in r and isinstance(r["spec"].get("gpu"), dict):
+                r["spec"]["gpu"] = {k: v for k, v in r["spec"]["gpu"].items() if k != "select"}
     return x == y
 
 

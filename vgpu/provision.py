@@ -45,7 +45,8 @@ def desired_state(profile, inv: Inventory) -> Desired:
                            compute=spec.compute_partition.value if spec.compute_partition else None,
                            memory=spec.memory_partition.value if spec.memory_partition else None) for g in gpus)
     return Desired(profile=profile.name, model=spec.model, mode=spec.mode, targets=targets,
-                   record=state_record(profile.name, profile.to_dict()), unit=unit_text(exec_start()),
+                   record=state_record(profile.name, profile.to_dict(), [str(t.address) for t in targets]),
+                   unit=unit_text(exec_start()),
                    warnings=tuple(profile.warnings()), hypervisor=profile.hypervisor.value)
 
 

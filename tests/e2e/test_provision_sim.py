@@ -192,3 +192,20 @@ def test_profile_whose_vms_cannot_be_assigned_on_this_host_is_refused(sim, tmp_p
     run_cli("provision", "--profile", str(path), "--yes", "--simulate", "--sim-dir", str(host.state_dir),
             sim_dir=host.state_dir, check_rc=4)
     assert inventory(host).gpus == before.gpus
+
+
+def test_export_after_provisioning_part_of_the_gpus_describes_that_part(sim, tmp_path):
+    import yaml
+    host = sim()
+    target = target_of(host)
+    part = tmp_path / "part.yaml"
+    part.write_text(yaml.safe_dump({"version": "v1", "name": "half", "extends": "mi300x-4vf",
+                                    "gpu": {"select": {"count": 4}}}))
+    provision(target, load_profile(str(part)))
+    out = tmp_path / "exported.yaml"
+    run_cli("export", "--simulate", "--sim-dir", str(host.state_dir), "-o", str(out), sim_dir=host.state_dir,
+            check_rc=0)
+    exported = yaml.safe_load(out.read_text())
+    assert exported["gpu"]["select"] == {"addresses": ["0000:05:00.0", "0000:26:00.0", "0000:46:00.0",
+                                                       "0000:65:00.0"]}
+    assert plan_profile(target, load_profile(str(out))).plan.in_sync

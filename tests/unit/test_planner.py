@@ -192,3 +192,15 @@ def test_unselected_gim_gpu_with_a_compatible_count_is_fine():
     inv = inventory([gpu(A[0]), gpu(A[1], vfs=8, compute="CPX", memory="NPS4")])
     plan = make_plan(desired(vf_num=8, compute="CPX", memory="NPS4", addrs=A[:1]), inv, {}, {})
     assert plan.steps
+
+
+def test_records_with_selections_resolving_to_the_same_gpus_are_the_same_setup():
+    from vgpu.persist import state_record
+    from vgpu.planner import _same_record
+    spec = {"name": "a", "gpu": {"model": "MI300X", "vfs_per_gpu": 4, "select": {"count": 2}}}
+    other = {"name": "b", "gpu": {"model": "MI300X", "vfs_per_gpu": 4, "select": {"addresses": [str(a) for a in A]}}}
+    gpus = [str(a) for a in A]
+    assert _same_record(state_record("a", spec, gpus), state_record("b", other, gpus))
+    assert not _same_record(state_record("a", spec, gpus), state_record("b", other, gpus[:1]))
+    changed = {**other, "gpu": {**other["gpu"], "vfs_per_gpu": 8}}
+    assert not _same_record(state_record("a", spec, gpus), state_record("b", changed, gpus))
