@@ -169,13 +169,16 @@ def _check_gpu(desired: Desired, target: Target, gpu: Gpu, catalog: Catalog) -> 
 
 
 def make_plan(desired: Desired, inv: Inventory, files: Mapping[str, str | None], holders: Holders,
-              catalog: Catalog = DEFAULT) -> Plan:
-    """The steps that bring ``inv`` to ``desired``. Raises Refusal with every problem found."""
-    problems = check(desired, inv, catalog)
+              catalog: Catalog = DEFAULT, *, vm_steps: Sequence = (), vm_problems: Sequence[Problem] = ()) -> Plan:
+    """The steps that bring ``inv`` to ``desired``. Raises Refusal with every problem found.
+    ``vm_steps``/``vm_problems``: the VM side (vgpu/vms.py), run after the devices are bound and
+    before the profile is recorded."""
+    problems = check(desired, inv, catalog) + list(vm_problems)
     if problems:
         raise Refusal(desired.profile, problems)
     steps = _sriov_steps(desired, inv, files, holders) if desired.mode is Mode.SRIOV else \
         _passthrough_steps(desired, inv, files, holders)
+    steps += list(vm_steps)
     steps += _persistence_steps(desired, files)
     return Plan(profile=desired.profile, host=inv.source, steps=tuple(steps), warnings=desired.warnings)
 

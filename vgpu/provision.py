@@ -20,10 +20,10 @@ from vgpu.host.holders import function_holders
 from vgpu.host.steps import Context
 from vgpu.host.target import HostTarget
 from vgpu.model.inventory import Inventory
-from vgpu.model.pci import PciAddress
 from vgpu.model.plan import Plan, Problem
 from vgpu.persist import STATE_RECORD, UNIT_LINK, UNIT_PATH, state_record, unit_text
 from vgpu.planner import GIM_CONFIG, MODPROBE_CONF, MODULES_LOAD, Desired, Refusal, Target, make_plan
+from vgpu.vms import PlannedVms, attach_steps, detach_steps, open_target_hypervisor, planned_vms, vm_view
 
 TRACKED_FILES = (GIM_CONFIG, MODPROBE_CONF, MODULES_LOAD, STATE_RECORD, UNIT_PATH, UNIT_LINK)
 
@@ -50,59 +50,13 @@ def desired_state(profile, inv: Inventory) -> Desired:
                    warnings=tuple(profile.warnings()), hypervisor=profile.hypervisor.value)
 
 
-@dataclass(frozen=True)
-class _Function:
-    address: PciAddress
-    numa_node: int | None
-
-
-def planned_vms(profile, desired: Desired, inv: Inventory) -> tuple[tuple[str, tuple[PciAddress, ...]], ...] | None:
-    """The profile's VM assignment over the functions the host will have once the plan is applied
-    (VF addresses predicted from each PF's SR-IOV offset and stride), or None when they cannot be
-    predicted. Raises RefusedError when the functions cannot be assigned as the profile asks."""
-    functions: list[_Function] = []
-    for t in desired.targets:
-        gpu = inv.gpu(t.address)
-        if gpu is None:
-            continue  # the planner's check names it
-        if desired.mode is Mode.PASSTHROUGH:
-            functions.append(_Function(gpu.address, gpu.numa_node))
-            continue
-        addresses = gpu.vf_addresses(t.vf_num)
-        if addresses is None:
-            return None
-        functions += [_Function(a, gpu.numa_node) for a in addresses]
-    if not functions:
-        return ()
-    return tuple((vm, tuple(addresses)) for vm, addresses in profile.vm_assignment(functions).items())
-
-
 def current_files(target: HostTarget) -> dict[str, str | None]:
     return {p: target.files.read(p) for p in TRACKED_FILES}
 
 
 def vm_holders(target: HostTarget, inv: Inventory, warnings: list[str]) -> dict:
     """{function: ["VM name", ...]} for running libvirt domains; a warning when libvirt is unreachable."""
-    if target.read_only:
-        warnings.append(f"{target.paths.label} is a capture: which VMs use its GPUs was not checked "
-                        "(run plan on the host itself for that)")
-        return {}
-    addresses = [fn.address for g in inv.gpus for fn in (g, *g.vfs)]
-    try:
-        from vgpu.hypervisor import open_hypervisor
-        hv = open_hypervisor(sim_state=hypervisor_state(target)) if target.sim is not None else open_hypervisor()
-        found = hv.holders(addresses)
-    except ImportError:
-        return {}
-    except VgpuError as exc:
-        warnings.append(f"could not ask libvirt which VMs use the GPUs ({exc.message}); "
-                        "only processes holding /dev/vfio were checked")
-        return {}
-    return {addr: [f"VM {d.name}" for d in doms if d.active] for addr, doms in found.items()}
-
-
-def hypervisor_state(target: HostTarget):
-    return target.sim.root / "var" / "lib" / "libvirt-sim" if target.sim is not None else None
+    return vm_view(target, inv, warnings).holders
 
 
 @dataclass
@@ -118,23 +72,20 @@ def plan_profile(target: HostTarget, profile) -> PlanResult:
     """Discover, resolve the profile, and plan. Raises Refusal (RefusedError) with every problem."""
     inv = discover(target.paths)
     warnings: list[str] = []
-    holders = function_holders(target.paths, inv, vm_holders(target, inv, warnings))
+    view = vm_view(target, inv, warnings)
+    holders = function_holders(target.paths, inv, view.holders)
     desired = desired_state(profile, inv)
     vm_problems: list[Problem] = []
     try:
-        vms = planned_vms(profile, desired, inv)
+        planned = planned_vms(profile, desired, inv)
     except RefusedError as exc:
-        vms, vm_problems = None, [Problem("vms", exc.message, exc.hint)]
-    try:
-        plan = make_plan(desired, inv, current_files(target), holders)
-    except Refusal as exc:
-        raise Refusal(profile.name, [*exc.problems, *vm_problems]) from None
-    if vm_problems:
-        raise Refusal(profile.name, vm_problems)
-    if vms is None:
+        planned, vm_problems = PlannedVms(None), [Problem("vms", exc.message, exc.hint)]
+    steps, taken = attach_steps(planned, view.domains, profile.vms.numa_policy.value, warnings)
+    plan = make_plan(desired, inv, current_files(target), holders, vm_steps=steps, vm_problems=vm_problems + taken)
+    if planned.vms is None and not vm_problems:
         warnings.append("which VM gets which VF is known only once gim has created the VFs (the PFs do not "
                         "report their SR-IOV offset and stride)")
-    plan = replace(plan, vms=vms)
+    plan = replace(plan, vms=planned.vms)
     warnings += interrupted_run_warnings(target)
     if target.paths.etc is None:
         warnings.append(f"{target.paths.label} has no etc/ beside it: its config files read as absent")
@@ -175,8 +126,7 @@ def provision(target: HostTarget, profile, *, dry_run: bool = False, force: bool
     """Apply ``profile``: lock, recover a crashed run, plan, check holders, apply, verify, or roll back."""
     kernel = None if dry_run else target.kernel
     with host_lock(target.state_dir, lock_timeout):
-        executor = Executor(Context(target.paths, kernel, target.files, vf_timeout=vf_timeout),
-                            target.state_dir, hook) if not dry_run else None
+        executor = Executor(_context(target, kernel, vf_timeout), target.state_dir, hook) if not dry_run else None
         recovered = _recover(target, executor, force, confirm) if executor else []
         result = plan_profile(target, profile)
         plan = result.plan
@@ -268,17 +218,12 @@ def is_sriov(profile) -> bool:
 def release(target: HostTarget, *, dry_run: bool = False, force: bool = False, confirm: Confirm | None = None,
             lock_timeout: float = 30.0, vf_timeout: float = 60.0) -> ProvisionResult:
     """Take the host back to its default state, with the same safety as provision."""
-    from vgpu.release import make_release_plan
-
     kernel = None if dry_run else target.kernel
     with host_lock(target.state_dir, lock_timeout):
-        executor = None if dry_run else Executor(Context(target.paths, kernel, target.files, vf_timeout=vf_timeout),
-                                                 target.state_dir)
+        executor = None if dry_run else Executor(_context(target, kernel, vf_timeout), target.state_dir)
         recovered = _recover(target, executor, force, confirm) if executor else []
-        inv = discover(target.paths)
         warnings: list[str] = []
-        holders = function_holders(target.paths, inv, vm_holders(target, inv, warnings))
-        plan = make_release_plan(inv, current_files(target), holders)
+        plan = release_plan(target, warnings)
         if plan.in_sync or dry_run:
             return ProvisionResult(plan, None, recovered, dry_run, warnings)
         _check_holders(plan, force)
@@ -288,11 +233,31 @@ def release(target: HostTarget, *, dry_run: bool = False, force: bool = False, c
     return ProvisionResult(plan, outcome, recovered, False, warnings)
 
 
-def _verify_released(target: HostTarget) -> None:
+def release_plan(target: HostTarget, warnings: list[str]) -> Plan:
+    """What release would do now: detach what vgpu attached to shut-off VMs, unbind, reload, clean up."""
     from vgpu.release import make_release_plan
 
     inv = discover(target.paths)
-    again = make_release_plan(inv, current_files(target), {})
+    view = vm_view(target, inv, warnings)
+    holders = function_holders(target.paths, inv, view.holders)
+    gpu_functions = [fn.address for g in inv.gpus for fn in (g, *g.vfs)]
+    return make_release_plan(inv, current_files(target), holders,
+                             vm_steps=detach_steps(view.domains, gpu_functions))
+
+
+def _context(target: HostTarget, kernel, vf_timeout: float) -> Context:
+    """The executor's view of the host; the hypervisor is opened on first use, once per run."""
+    opened: list = []
+
+    def hypervisor():
+        if not opened:
+            opened.append(open_target_hypervisor(target))
+        return opened[0]
+    return Context(target.paths, kernel, target.files, vf_timeout=vf_timeout, hypervisor=hypervisor)
+
+
+def _verify_released(target: HostTarget) -> None:
+    again = release_plan(target, [])
     if not again.in_sync:
         raise VgpuError("verification failed: after release the host still has "
                         + "; ".join(s.describe() for s in again.steps))

@@ -7,7 +7,7 @@ release gets the same lock, journal, rollback, holder checks and read-back.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from vgpu.model.inventory import Inventory
 from vgpu.model.plan import InstallPersistence, Plan, ReloadGim, UnbindDevice, WriteFile
@@ -18,8 +18,9 @@ GIM_DEFAULT_VF_NUM = 1  # GIM's default when vf_num is not given (HARDWARE.md 3)
 
 
 def make_release_plan(inv: Inventory, files: Mapping[str, str | None], holders: Holders,
-                      profile: str = "default") -> Plan:
-    steps: list = []
+                      profile: str = "default", vm_steps: Sequence = ()) -> Plan:
+    """``vm_steps``: the detach steps for VMs vgpu attached functions to (vgpu/vms.py), run first."""
+    steps: list = list(vm_steps)
     for gpu in inv.gpus:
         for vf in gpu.vfs:
             if vf.driver == VFIO:

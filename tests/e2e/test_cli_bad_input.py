@@ -4,7 +4,8 @@ import tarfile
 
 from vgpu.errors import InUseError
 from vgpu.profiles import load_profile
-from vgpu.provision import hypervisor_state, provision
+from vgpu.provision import provision
+from vgpu.vms import hypervisor_state
 
 import pytest
 

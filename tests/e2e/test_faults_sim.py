@@ -120,7 +120,7 @@ def test_run_killed_after_its_last_step_is_kept_not_rolled_back(sim):
 
 def test_rollback_of_an_interrupted_run_respects_holders_and_force(sim):
     from vgpu.hypervisor.sim import SimHypervisor
-    from vgpu.provision import hypervisor_state
+    from vgpu.vms import hypervisor_state
     host = sim()
     plan = plan_profile(target_of(host), load_profile("mi300x-4vf")).plan
     reload_at = next(i for i, s in enumerate(plan.steps) if s.kind == "reload-gim")

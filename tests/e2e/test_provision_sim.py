@@ -7,7 +7,8 @@ import pytest
 from vgpu.errors import InUseError, RefusedError
 from vgpu.planner import Refusal
 from vgpu.profiles import load_profile
-from vgpu.provision import hypervisor_state, plan_profile, provision, release
+from vgpu.provision import plan_profile, provision, release
+from vgpu.vms import hypervisor_state
 
 from conftest import inventory, kvm_profiles, machine_for, run_cli, target_of
 

@@ -11,7 +11,8 @@ import pytest
 
 from vgpu.errors import ApplyError
 from vgpu.profiles import load_profile
-from vgpu.provision import hypervisor_state, provision
+from vgpu.provision import provision
+from vgpu.vms import hypervisor_state
 
 from conftest import REPO, inventory, run_cli, target_of
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from vgpu.errors import HostError
 from vgpu.host import binding
@@ -17,8 +19,8 @@ from vgpu.host.files import FileStore
 from vgpu.host.kernel import KernelOps
 from vgpu.host.paths import HostPaths
 from vgpu.model.pci import PciAddress
-from vgpu.model.plan import (BindDevice, BindVfs, InstallPersistence, ReloadGim, SetMemoryPartition, Step,
-                             UnbindDevice, WriteFile)
+from vgpu.model.plan import (AttachFunctions, BindDevice, DetachFunctions, BindVfs, InstallPersistence, ReloadGim,
+                             SetMemoryPartition, Step, UnbindDevice, WriteFile)
 from vgpu.persist import STATE_RECORD, UNIT_LINK, UNIT_LINK_TARGET, UNIT_PATH
 
 GIM_CONFIG = "gim_config"
@@ -31,6 +33,12 @@ class Context:
     files: FileStore
     baseline: dict = None  # config file contents before the run started (journaled)
     vf_timeout: float = 60.0  # GIM creates VFs at probe; big hosts take a while
+    hypervisor: Callable[[], Any] | None = None  # opens the Hypervisor (libvirt) the VM steps use
+
+    def hv(self) -> Any:
+        if self.hypervisor is None:
+            raise HostError("this run has no hypervisor connection, so it cannot change VMs")
+        return self.hypervisor()
 
     def pf_dir(self, pf: PciAddress):
         return binding.device_dir(self.paths, pf)
@@ -198,6 +206,32 @@ def _persist_undo(step: InstallPersistence, ctx: Context, info: dict) -> None:
     ctx.files.symlink(UNIT_LINK, info.get(UNIT_LINK))
 
 
+# attach-functions / detach-functions -----------------------------------------------------------------------------
+
+def _vm_prepare(step: AttachFunctions | DetachFunctions, ctx: Context) -> dict:
+    return {"xml": ctx.hv().definition(step.vm)}  # undo puts this exact configuration back
+
+
+def _attach_apply(step: AttachFunctions, ctx: Context, info: dict) -> None:
+    from vgpu.host.pcifunc import parse_resource
+
+    bar64 = 0
+    for address in step.functions:
+        text = (binding.device_dir(ctx.paths, address) / "resource").read_text()
+        bar64 += sum(b.size for b in parse_resource(text) if b.is_64bit)
+    ctx.hv().attach(step.vm, step.functions, numa_node=step.numa_node, bar64_bytes=bar64)
+
+
+def _vm_restore(step: AttachFunctions | DetachFunctions, ctx: Context, info: dict) -> None:
+    hv = ctx.hv()
+    if info.get("xml") and hv.definition(step.vm) != info["xml"]:
+        hv.restore(step.vm, info["xml"])
+
+
+def _detach_apply(step: DetachFunctions, ctx: Context, info: dict) -> None:
+    ctx.hv().detach(step.vm, step.functions)
+
+
 HANDLERS = {
     WriteFile: (_file_prepare, _file_apply, _file_undo),
     ReloadGim: (_reload_prepare, _reload_apply, _reload_undo),
@@ -206,4 +240,6 @@ HANDLERS = {
     BindDevice: (_dev_prepare, _dev_apply, _dev_undo),
     UnbindDevice: (_unbind_prepare, _unbind_apply, _unbind_undo),
     InstallPersistence: (_persist_prepare, _persist_apply, _persist_undo),
+    AttachFunctions: (_vm_prepare, _attach_apply, _vm_restore),
+    DetachFunctions: (_vm_prepare, _detach_apply, _vm_restore),
 }

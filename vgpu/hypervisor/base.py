@@ -64,3 +64,11 @@ class Hypervisor(Protocol):
     def detach(self, domain: str, addresses: Sequence[PciAddress]) -> None:
         """Remove ``addresses`` from a shut-off VM's persistent config; absent ones are ignored."""
         ...
+
+    def definition(self, domain: str) -> str:
+        """The VM's saved (persistent) configuration XML, as it is now."""
+        ...
+
+    def restore(self, domain: str, xml: str) -> None:
+        """Put back a saved configuration from ``definition`` (rollback); the VM must be shut off."""
+        ...

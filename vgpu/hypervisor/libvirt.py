@@ -144,6 +144,13 @@ class LibvirtHypervisor:
         if detach_functions(doc, functions):
             self._define(doc.to_xml(), domain)
 
+    def definition(self, domain: str) -> str:
+        return self._persistent_xml(self._lookup(domain))
+
+    def restore(self, domain: str, xml: str) -> None:
+        self._shut_off(domain, "restore the configuration of")
+        self._define(xml, domain)
+
     def _lookup(self, domain: str) -> Any:
         check_domain_name(domain)
         try:

@@ -146,8 +146,36 @@ class InstallPersistence(Step):
         return f"record profile {self.profile} and enable vgpu-reapply.service to re-apply it at boot"
 
 
+@dataclass(frozen=True)
+class AttachFunctions(Step):
+    """Cold-plug functions into a shut-off VM's saved libvirt configuration, with the huge-BAR
+    settings (HARDWARE.md 5; docs/hypervisor.md). The VM sees them at its next start."""
+
+    kind = "attach-functions"
+    vm: str
+    functions: tuple[PciAddress, ...]
+    numa_node: int | None = None
+
+    def describe(self) -> str:
+        where = f", pinned to NUMA node {self.numa_node}" if self.numa_node is not None else ""
+        return f"attach {', '.join(str(a) for a in self.functions)} to VM {self.vm} (cold-plug{where})"
+
+
+@dataclass(frozen=True)
+class DetachFunctions(Step):
+    """Take functions vgpu attached out of a shut-off VM's saved configuration (release)."""
+
+    kind = "detach-functions"
+    vm: str
+    functions: tuple[PciAddress, ...]
+
+    def describe(self) -> str:
+        return f"detach {', '.join(str(a) for a in self.functions)} from VM {self.vm}"
+
+
 STEP_TYPES: dict[str, type[Step]] = {cls.kind: cls for cls in (
-    WriteFile, ReloadGim, SetMemoryPartition, BindVfs, BindDevice, UnbindDevice, InstallPersistence)}
+    WriteFile, ReloadGim, SetMemoryPartition, BindVfs, BindDevice, UnbindDevice, InstallPersistence,
+    AttachFunctions, DetachFunctions)}
 
 
 @dataclass(frozen=True)
@@ -202,7 +230,7 @@ _ADDRESS_FIELDS = {"pf", "address"}
 def _revive(name: str, value):
     if name in _ADDRESS_FIELDS and isinstance(value, str):
         return PciAddress.parse(value)
-    if name == "pfs":
+    if name in ("pfs", "functions") and isinstance(value, list):
         return tuple(PciAddress.parse(v) for v in value)
     if name == "vf_num":
         return tuple(value)

@@ -1,0 +1,175 @@
+"""The VMs side of a plan: which VM gets which functions, who holds them now, and the cold-plug steps.
+
+``planned_vms`` applies the profile's ``vms`` section to the functions the host will have once the
+plan is applied (VF addresses predicted from each PF's SR-IOV offset and stride). ``vm_view`` asks
+the hypervisor (libvirt, or the simulated one) what it knows. ``attach_steps`` and ``detach_steps``
+are pure: they turn the two into plan steps, warnings and refusals.
+
+vgpu attaches only to VMs that are already defined (it does not create VMs) and only while they are
+shut off: GPUs with huge BARs are cold-plugged (HARDWARE.md 5). A VM that is not defined yet, or is
+running, is named in a warning and gets its functions on a later `vgpu provision`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vgpu.catalog import Mode
+from vgpu.errors import VgpuError
+from vgpu.model.inventory import Inventory
+from vgpu.model.pci import PciAddress
+from vgpu.model.plan import AttachFunctions, DetachFunctions, Problem
+
+VmMap = tuple[tuple[str, tuple[PciAddress, ...]], ...]  # ((VM name, functions), ...) in VM order
+
+
+@dataclass(frozen=True)
+class _Function:
+    address: PciAddress
+    numa_node: int | None
+
+
+@dataclass(frozen=True)
+class PlannedVms:
+    vms: VmMap | None  # None: the VF addresses cannot be predicted on this host
+    numa: Mapping[PciAddress, int | None] = field(default_factory=dict)  # function -> its GPU's node
+
+
+def planned_vms(profile, desired, inv: Inventory) -> PlannedVms:
+    """The profile's VM assignment on this host. Raises RefusedError when the functions cannot be
+    assigned as the profile asks (an address it does not provide, a NUMA split that fails)."""
+    functions: list[_Function] = []
+    for t in desired.targets:
+        gpu = inv.gpu(t.address)
+        if gpu is None:
+            continue  # the planner's check names it
+        if desired.mode is Mode.PASSTHROUGH:
+            functions.append(_Function(gpu.address, gpu.numa_node))
+            continue
+        addresses = gpu.vf_addresses(t.vf_num)
+        if addresses is None:
+            return PlannedVms(None)
+        functions += [_Function(a, gpu.numa_node) for a in addresses]
+    if not functions:
+        return PlannedVms(())
+    vms = tuple((vm, tuple(addresses)) for vm, addresses in profile.vm_assignment(functions).items())
+    return PlannedVms(vms, {f.address: f.numa_node for f in functions})
+
+
+@dataclass(frozen=True)
+class Domain:
+    """What the plan needs to know of one defined VM."""
+
+    name: str
+    active: bool
+    functions: tuple[PciAddress, ...]  # host functions its configuration references
+    assigned: tuple[PciAddress, ...] = ()  # of those, the ones vgpu attached (its metadata record)
+
+
+@dataclass
+class VmView:
+    holders: dict[PciAddress, list[str]] = field(default_factory=dict)  # function -> ["VM name"] (active VMs)
+    domains: dict[str, Domain] | None = None  # None: libvirt was not asked (a capture) or is unreachable
+    hypervisor: object | None = None
+
+
+def hypervisor_state(target) -> Path | None:
+    """Where the simulated hypervisor of a simulated host keeps its VMs (None on a real host)."""
+    return target.sim.root / "var" / "lib" / "libvirt-sim" if target.sim is not None else None
+
+
+def open_target_hypervisor(target):
+    from vgpu.hypervisor import open_hypervisor
+
+    return open_hypervisor(sim_state=hypervisor_state(target)) if target.sim is not None else open_hypervisor()
+
+
+def vm_view(target, inv: Inventory, warnings: list[str]) -> VmView:
+    """Ask the hypervisor which VMs exist and which GPU functions they reference. A capture is not
+    asked (it has no libvirt) and an unreachable libvirt is a warning: processes holding /dev/vfio
+    are still checked by the caller."""
+    if target.read_only:
+        warnings.append(f"{target.paths.label} is a capture: which VMs use its GPUs was not checked "
+                        "(run plan on the host itself for that)")
+        return VmView()
+    addresses = {fn.address for g in inv.gpus for fn in (g, *g.vfs)}
+    try:
+        hv = open_target_hypervisor(target)
+        infos = hv.domains()
+        domains = {d.name: Domain(d.name, d.active, d.hostdevs, _assigned(hv, d)) for d in infos}
+    except ImportError:
+        warnings.append("libvirt-python is not installed: which VMs use the GPUs was not checked")
+        return VmView()
+    except VgpuError as exc:
+        warnings.append(f"could not ask libvirt which VMs use the GPUs ({exc.message}); "
+                        "only processes holding /dev/vfio were checked")
+        return VmView()
+    holders: dict[PciAddress, list[str]] = {}
+    for d in domains.values():
+        if d.active:
+            for address in d.functions:
+                if address in addresses:
+                    holders.setdefault(address, []).append(f"VM {d.name}")
+    return VmView(holders, domains, hv)
+
+
+def _assigned(hv, info) -> tuple[PciAddress, ...]:
+    if not info.persistent or not info.hostdevs:
+        return ()
+    from vgpu.hypervisor.domain import DomainXml
+
+    return tuple(sorted(DomainXml.parse(hv.definition(info.name), f"VM {info.name}'s XML").recorded_bars()))
+
+
+def attach_steps(planned: PlannedVms, domains: Mapping[str, Domain] | None, numa_policy: str,
+                 warnings: list[str]) -> tuple[list[AttachFunctions], list[Problem]]:
+    """Cold-plug steps for the assigned VMs that exist and lack their functions; problems for a
+    function another VM's configuration already holds."""
+    if planned.vms is None or domains is None:
+        return [], []
+    steps, problems, undefined, running = [], [], [], []
+    owner = {a: d.name for d in domains.values() for a in d.functions}
+    for vm, functions in planned.vms:
+        domain = domains.get(vm)
+        if domain is None:
+            undefined.append(vm)
+            continue
+        taken = [(a, owner[a]) for a in functions if owner.get(a) not in (None, vm)]
+        for address, other in taken:
+            problems.append(Problem(f"VM {vm}", f"the profile assigns {address} to it, but VM {other}'s configuration "
+                                    "already has it",
+                                    f"detach it from {other} (virsh detach-device {other} --config), or change the "
+                                    "profile's vms section"))
+        missing = tuple(a for a in functions if a not in domain.functions)
+        if taken or not missing:
+            continue
+        if domain.active:
+            running.append(vm)
+            continue
+        nodes = {planned.numa.get(a) for a in functions}
+        node = nodes.pop() if numa_policy != "none" and len(nodes) == 1 else None
+        steps.append(AttachFunctions(vm, missing, node))
+    if undefined:
+        shown = ", ".join(undefined[:4]) + (f" and {len(undefined) - 4} more" if len(undefined) > 4 else "")
+        warnings.append(f"{len(undefined)} VM(s) of the assignment are not defined in libvirt ({shown}): vgpu "
+                        "attaches functions to VMs that exist; define them (q35, UEFI) and run provision again")
+    if running:
+        warnings.append(f"VM(s) {', '.join(running)} are running, and GPUs are cold-plugged only: shut them down "
+                        "and run provision again to attach their functions")
+    return steps, problems
+
+
+def detach_steps(domains: Mapping[str, Domain] | None, functions: Sequence[PciAddress]) -> list[DetachFunctions]:
+    """For release: take back from shut-off VMs the functions vgpu attached to them (running VMs
+    holding them are holders, refused without --force, and keep their configuration)."""
+    if not domains:
+        return []
+    wanted = set(functions)
+    steps = []
+    for d in sorted(domains.values(), key=lambda d: d.name):
+        mine = tuple(a for a in d.assigned if a in wanted)
+        if mine and not d.active:
+            steps.append(DetachFunctions(d.name, mine))
+    return steps
