@@ -54,6 +54,7 @@ class Refusal(RefusedError):
         lines = [f"{p.subject}: {p.message}" for p in problems]
         super().__init__(f"profile {profile} cannot be applied: " + "; ".join(lines),
                          hint=next((p.fix for p in problems if p.fix), None))
+        self.profile = profile
         self.problems = tuple(problems)
 
 

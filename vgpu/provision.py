@@ -92,6 +92,38 @@ def plan_profile(target: HostTarget, profile) -> PlanResult:
     return PlanResult(plan, inv, desired, holders, warnings)
 
 
+@dataclass
+class StatusResult:
+    profile: str | None  # None: nothing recorded (never provisioned, or released)
+    items: list = field(default_factory=list)  # vgpu.status.Item
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def in_sync(self) -> bool:
+        return all(i.ok for i in self.items)
+
+
+def host_status(target: HostTarget) -> StatusResult:
+    """The host now against the profile it recorded, item by item: devices, partitions, config files,
+    persistence, and each assigned VM that exists. Raises Refusal when the recorded profile no longer
+    fits the host (a GPU gone, say)."""
+    from vgpu.status import status_items, vm_items
+
+    warnings = interrupted_run_warnings(target)
+    profile = recorded_profile(target)
+    if profile is None:
+        return StatusResult(None, [], warnings)
+    inv = discover(target.paths)
+    desired = desired_state(profile, inv)
+    items = status_items(desired, inv, current_files(target))
+    try:
+        planned = planned_vms(profile, desired, inv)
+    except RefusedError:
+        planned = PlannedVms(None)  # the capability items already say why
+    items += vm_items(planned.vms, vm_view(target, inv, warnings).domains)
+    return StatusResult(profile.name, items, warnings)
+
+
 def interrupted_run_warnings(target: HostTarget) -> list[str]:
     """A sentence when a crashed run left its journal: the next provision or release deals with it first."""
     if target.state_dir is None:

@@ -27,6 +27,22 @@ class Item:
         return self.expected == self.actual
 
 
+def vm_items(planned_vms, domains) -> list[Item]:
+    """One item per assigned VM that is defined: does its saved configuration have its functions?
+    (VMs not defined are not drift: vgpu attaches to VMs once they exist.)"""
+    if planned_vms is None or domains is None:
+        return []
+    items = []
+    for vm, functions in planned_vms:
+        domain = domains.get(vm)
+        if domain is None:
+            continue
+        have = [a for a in functions if a in domain.functions]
+        items.append(Item(f"VM {vm}", "attached", ", ".join(str(a) for a in functions),
+                          ", ".join(str(a) for a in have) or "none"))
+    return items
+
+
 def status_items(desired: Desired, inv: Inventory, files: Mapping[str, str | None]) -> list[Item]:
     items = [Item(p.subject, "capability", "applicable", p.message) for p in check(desired, inv)]
     for target in desired.targets:

@@ -89,3 +89,18 @@ def test_release_detaches_what_vgpu_attached_and_leaves_the_rest(sim):
     assert _hostdevs(hv, "gpu-vm-00") == ()
     assert _hostdevs(hv, "hand-made") == (other,)
     assert release(target).outcome is None
+
+
+def test_status_reports_a_vm_whose_functions_were_detached_by_hand(sim):
+    import json
+    host = sim()
+    hv = _hv(host)
+    hv.define_domain("gpu-vm-02", running=False)
+    provision(target_of(host), load_profile("mi300x-4vf"))
+    args = ("status", "--json", "--simulate", "--sim-dir", str(host.state_dir))
+    ok = json.loads(run_cli(*args, sim_dir=host.state_dir, check_rc=0).stdout)
+    assert [i for i in ok["items"] if i["subject"] == "VM gpu-vm-02"][0]["ok"]
+    hv.detach("gpu-vm-02", list(_hostdevs(hv, "gpu-vm-02")))
+    drift = json.loads(run_cli(*args, sim_dir=host.state_dir, check_rc=1).stdout)
+    item = [i for i in drift["items"] if i["subject"] == "VM gpu-vm-02"][0]
+    assert item["actual"] == "none" and not item["ok"]

@@ -127,27 +127,22 @@ def _sim_kill_hook(target):
 def status(as_json, simulate, sim_dir, sysfs_root, snapshot) -> int:
     """Compare the host with its recorded profile, item by item. Exit 0 in sync, 1 drift."""
     from vgpu.cli import planview
-    from vgpu.host.discovery import discover
     from vgpu.planner import Refusal
-    from vgpu.provision import current_files, desired_state, interrupted_run_warnings, recorded_profile
-    from vgpu.status import status_items
+    from vgpu.provision import host_status
 
     with open_host(simulate, sim_dir, sysfs_root, snapshot) as target:
-        profile = recorded_profile(target)
-        if profile is None:
-            planview.show_unprovisioned(target.paths.label, as_json)
-            return ExitCode.OK
-        inv = discover(target.paths)
         try:
-            desired = desired_state(profile, inv)
+            result = host_status(target)
         except Refusal as exc:
-            planview.show_refusal(exc, profile.name, target.paths.label, as_json)
+            planview.show_refusal(exc, exc.profile, target.paths.label, as_json)
             return ExitCode.FAILURE
-        items = status_items(desired, inv, current_files(target))
-        for warning in interrupted_run_warnings(target):
-            click.echo(f"warning: {warning}", err=True)
-    planview.show_status(profile.name, target.paths.label, items, as_json)
-    return ExitCode.OK if all(i.ok for i in items) else ExitCode.FAILURE
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    if result.profile is None:
+        planview.show_unprovisioned(target.paths.label, as_json)
+        return ExitCode.OK
+    planview.show_status(result.profile, target.paths.label, result.items, as_json)
+    return ExitCode.OK if result.in_sync else ExitCode.FAILURE
 
 
 @click.command()
