@@ -13,7 +13,6 @@ Prints a JSON line per figure; `--record` appends the results to benchmarks/resu
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import subprocess
@@ -24,9 +23,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from vgpu.host.discovery import discover  # noqa: E402
 from vgpu.host.pcifunc import ATTRIBUTES, LINKS  # noqa: E402
+from _results import report  # noqa: E402
 from vgpu.host.paths import HostPaths  # noqa: E402
 from vgpu.sim import SimHost  # noqa: E402
 
@@ -105,12 +106,7 @@ def main() -> None:
               "ratio_udev": None if udev is None else round(udev / raw, 2),
               "cli_cold_start_s": round(cli, 3), "python": platform.python_version(),
               "cpus": os.cpu_count(), "when": time.strftime("%Y-%m-%d")}
-    print(json.dumps(result))
-    if args.record:
-        out = ROOT / "benchmarks" / "results" / "discovery.jsonl"
-        out.parent.mkdir(exist_ok=True)
-        with open(out, "a") as fh:
-            fh.write(json.dumps(result) + "\n")
+    report(result, args.record, "discovery")
 
 
 if __name__ == "__main__":

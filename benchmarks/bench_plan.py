@@ -9,7 +9,6 @@ provision_s, kernel_s (time inside the simulated kernel's operations), tool_s = 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -20,7 +19,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from _results import report  # noqa: E402
 from vgpu.host.paths import HostPaths  # noqa: E402
 from vgpu.host.target import HostTarget  # noqa: E402
 from vgpu.profiles import load_profile  # noqa: E402
@@ -75,12 +76,7 @@ def main() -> None:
               "plan_cli_median_s": round(statistics.median(cli), 3), "load1": round(os.getloadavg()[0], 2),
               "provision_s": round(prov, 3), "kernel_s": round(spent[0], 3),
               "tool_s": round(prov - spent[0], 3), "cpus": os.cpu_count(), "when": time.strftime("%Y-%m-%d")}
-    print(json.dumps(result))
-    if args.record:
-        out = ROOT / "benchmarks" / "results" / "plan.jsonl"
-        out.parent.mkdir(exist_ok=True)
-        with open(out, "a") as fh:
-            fh.write(json.dumps(result) + "\n")
+    report(result, args.record, "plan")
 
 
 if __name__ == "__main__":
