@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from vgpu.catalog import Mode
 from vgpu.errors import InUseError, InputError, RefusedError, VgpuError
 from vgpu.host.discovery import discover
-from vgpu.host.executor import Executor, Journal, Outcome, StepHook, host_lock, pending_run
+from vgpu.host.executor import Executor, Journal, Outcome, StepHook, host_lock, lock_holder, pending_run
 from vgpu.host.holders import function_holders
 from vgpu.host.steps import Context
 from vgpu.host.target import HostTarget
@@ -54,11 +54,6 @@ def current_files(target: HostTarget) -> dict[str, str | None]:
     return {p: target.files.read(p) for p in TRACKED_FILES}
 
 
-def vm_holders(target: HostTarget, inv: Inventory, warnings: list[str]) -> dict:
-    """{function: ["VM name", ...]} for running libvirt domains; a warning when libvirt is unreachable."""
-    return vm_view(target, inv, warnings).holders
-
-
 @dataclass
 class PlanResult:
     plan: Plan
@@ -78,7 +73,7 @@ def plan_profile(target: HostTarget, profile) -> PlanResult:
     vm_problems: list[Problem] = []
     try:
         planned = planned_vms(profile, desired, inv)
-    except RefusedError as exc:
+    except (RefusedError, InputError) as exc:
         planned, vm_problems = PlannedVms(None), [Problem("vms", exc.message, exc.hint)]
     steps, taken = attach_steps(planned, view.domains, profile.vms.numa_policy.value, warnings)
     plan = make_plan(desired, inv, current_files(target), holders, vm_steps=steps, vm_problems=vm_problems + taken)
@@ -118,7 +113,7 @@ def host_status(target: HostTarget) -> StatusResult:
     items = status_items(desired, inv, current_files(target))
     try:
         planned = planned_vms(profile, desired, inv)
-    except RefusedError:
+    except (RefusedError, InputError):
         planned = PlannedVms(None)  # the capability items already say why
     items += vm_items(planned.vms, vm_view(target, inv, warnings).domains)
     return StatusResult(profile.name, items, warnings)
@@ -128,6 +123,9 @@ def interrupted_run_warnings(target: HostTarget) -> list[str]:
     """A sentence when a crashed run left its journal: the next provision or release deals with it first."""
     if target.state_dir is None:
         return []
+    holder = lock_holder(target.state_dir)
+    if holder is not None:
+        return [f"a vgpu run is changing this host now ({holder}): what is shown may change under it"]
     try:
         pending = pending_run(Journal(target.state_dir))
     except VgpuError as exc:
@@ -159,8 +157,10 @@ def provision(target: HostTarget, profile, *, dry_run: bool = False, force: bool
     kernel = None if dry_run else target.kernel
     with host_lock(target.state_dir, lock_timeout):
         executor = Executor(_context(target, kernel, vf_timeout), target.state_dir, hook) if not dry_run else None
-        recovered = _recover(target, executor, force, confirm) if executor else []
+        early: list[str] = []
+        recovered = _recover(target, executor, force, confirm, early) if executor else []
         result = plan_profile(target, profile)
+        result.warnings[:0] = early
         plan = result.plan
         if plan.in_sync or dry_run:
             return ProvisionResult(plan, None, recovered, dry_run, result.warnings)
@@ -172,7 +172,8 @@ def provision(target: HostTarget, profile, *, dry_run: bool = False, force: bool
     return ProvisionResult(plan, outcome, recovered, False, result.warnings)
 
 
-def _recover(target: HostTarget, executor: Executor, force: bool, confirm: Confirm | None) -> list[str]:
+def _recover(target: HostTarget, executor: Executor, force: bool, confirm: Confirm | None,
+             warnings: list[str]) -> list[str]:
     """Deal with a run a crash interrupted, before planning anything new.
 
     All its steps applied (only verification was cut short): keep them; the plan that follows
@@ -186,19 +187,43 @@ def _recover(target: HostTarget, executor: Executor, force: bool, confirm: Confi
         executor.forget()
         return [f"all {len(pending.steps)} step(s) of the {pending.profile} run had been applied; "
                 "kept them (verified below)"]
+    if not pending.steps:  # killed before its first step: nothing to undo
+        executor.forget()
+        return []
     inv = discover(target.paths)
-    holders = function_holders(target.paths, inv, vm_holders(target, inv, []))
+    view = vm_view(target, inv, warnings)
+    holders = function_holders(target.paths, inv, view.holders)
     rollback = Plan(profile=pending.profile, host=target.paths.label, action="rollback",
                     steps=tuple(_with_current_holders(step, inv, holders) for step in reversed(pending.steps)))
-    held = rollback.holders()
+    held = sorted({h for step in pending.steps for a in undo_touches(step, inv) for h in holders.get(a, ())})
     if held and not force:
         raise InUseError(f"an interrupted {pending.profile} run must be rolled back first, and that would take "
                          f"devices from {', '.join(held)}",
                          hint="stop or migrate them first; --force proceeds anyway and breaks them")
+    if view.domains is None and any(s.kind in ("attach-functions", "detach-functions") for s in pending.steps) \
+            and not force:
+        raise InUseError(f"an interrupted {pending.profile} run changed VM configurations, and libvirt cannot be "
+                         "asked now to put them back or to say which VMs run",
+                         hint="start libvirtd and rerun; --force rolls back the host side anyway")
     if confirm is not None and not confirm(rollback):
         raise VgpuError(f"not applied: the rollback of the interrupted {pending.profile} run was not confirmed",
                         hint="rerun with --yes to skip the question")
     return [f"undid '{line}'" for line in executor.recover()]
+
+
+def undo_touches(step, inv: Inventory) -> tuple:
+    """The functions undoing ``step`` takes from whoever uses them now (recovery checks their holders)."""
+    kind = step.kind
+    if kind == "reload-gim":
+        return tuple(vf.address for g in inv.gpus for vf in g.vfs)
+    if kind in ("bind-vfs", "set-memory-partition"):
+        gpu = inv.gpu(step.pf)
+        return tuple(vf.address for vf in gpu.vfs) if gpu else ()
+    if kind in ("bind-device", "unbind-device"):
+        return (step.address,)
+    if kind in ("attach-functions", "detach-functions"):
+        return tuple(step.functions)
+    return ()
 
 
 def _with_current_holders(step, inv: Inventory, holders) -> object:
@@ -207,10 +232,10 @@ def _with_current_holders(step, inv: Inventory, holders) -> object:
     from vgpu.planner import disruption_for
 
     d = getattr(step, "disruption", None)
-    if d is None or not d.any:
+    if d is None:
         return step
-    functions = tuple(fn.address for g in inv.gpus for fn in g.vfs) if d.host_wide else d.functions
-    return replace(step, disruption=disruption_for(functions, holders, host_wide=d.host_wide))
+    functions = undo_touches(step, inv)
+    return replace(step, disruption=disruption_for(functions, holders, host_wide=d.host_wide) if functions else d)
 
 
 def _check_holders(plan: Plan, force: bool) -> None:
@@ -253,8 +278,8 @@ def release(target: HostTarget, *, dry_run: bool = False, force: bool = False, c
     kernel = None if dry_run else target.kernel
     with host_lock(target.state_dir, lock_timeout):
         executor = None if dry_run else Executor(_context(target, kernel, vf_timeout), target.state_dir)
-        recovered = _recover(target, executor, force, confirm) if executor else []
         warnings: list[str] = []
+        recovered = _recover(target, executor, force, confirm, warnings) if executor else []
         plan = release_plan(target, warnings)
         if plan.in_sync or dry_run:
             return ProvisionResult(plan, None, recovered, dry_run, warnings)

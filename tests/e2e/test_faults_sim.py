@@ -174,3 +174,58 @@ def test_sigkill_inside_a_step_then_next_run_converges(sim, op):
     again = run_cli(*args, sim_dir=host.state_dir, check_rc=0)
     assert "recovered" in again.stdout
     assert plan_profile(target_of(host), load_profile("mi300x-4vf")).plan.in_sync
+
+
+def test_a_rollback_that_failed_half_way_is_never_taken_for_a_completed_run(sim):
+    from vgpu.host.executor import Journal, pending_run
+    host = sim()
+    target = target_of(host)
+    n = step_count(sim, "mi300x-4vf")
+
+    def fail_last(i, step, moment):  # every step applied, then a failure: the rollback starts...
+        if i == n - 1 and moment == "after":
+            host.kernel.fail_next("unload_module:gim", "module is busy")  # ...and cannot finish
+            raise HostError("injected failure after the last step")
+
+    with pytest.raises(ApplyError, match="rollback incomplete"):
+        provision(target, load_profile("mi300x-4vf"), hook=fail_last)
+    pending = pending_run(Journal(target.state_dir))
+    assert pending.all_done and pending.rolling_back and not pending.complete
+    again = run_cli("provision", "--profile", "mi300x-4vf", "--yes", "--simulate", "--sim-dir",
+                    str(host.state_dir), sim_dir=host.state_dir, check_rc=0)
+    assert "undid" in again.stdout and "kept them" not in again.stdout
+
+
+def test_recovery_when_the_vm_was_undefined_after_the_crash(sim):
+    from vgpu.hypervisor.sim import SimHypervisor
+    from vgpu.vms import hypervisor_state
+    host = sim()
+    hv = SimHypervisor(hypervisor_state(target_of(host)))
+    hv.define_domain("gpu-vm-00", running=False)
+    plan = plan_profile(target_of(host), load_profile("mi300x-4vf")).plan
+    attach_at = next(i for i, s in enumerate(plan.steps) if s.kind == "attach-functions")
+    args = _kill_provision(host, attach_at)
+    hv.undefine("gpu-vm-00")  # the operator deleted the VM meanwhile
+    again = run_cli(*args, sim_dir=host.state_dir, check_rc=0)
+    assert "recovered" in again.stdout
+    assert plan_profile(target_of(host), load_profile("mi300x-4vf")).plan.in_sync
+
+
+def test_attach_refuses_a_function_that_is_not_on_vfio_pci(sim):
+    # the plan predicted VF addresses; at apply time only a function really bound for VMs is attached
+    from vgpu.hypervisor.sim import SimHypervisor
+    from vgpu.host import binding
+    from vgpu.vms import hypervisor_state
+    host = sim()
+    target = target_of(host)
+    hv = SimHypervisor(hypervisor_state(target))
+    hv.define_domain("gpu-vm-00", running=False)
+    before, xml = inventory(host), hv.definition("gpu-vm-00")
+
+    def steal(i, step, moment):
+        if step.kind == "attach-functions" and moment == "before":
+            binding.unbind(target.paths, target.kernel, step.functions[0])
+
+    with pytest.raises(ApplyError, match="is not bound to vfio-pci, so it is not attached to VM gpu-vm-00"):
+        provision(target, load_profile("mi300x-4vf"), hook=steal)
+    assert inventory(host).gpus == before.gpus and hv.definition("gpu-vm-00") == xml

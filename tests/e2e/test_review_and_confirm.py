@@ -162,3 +162,14 @@ def test_verification_that_finds_a_difference_rolls_everything_back(sim):
     assert f"rolled back {plan_len['n'] + 1} step(s)" in info.value.message
     assert inventory(host).gpus == before.gpus
     assert not (host.root / "etc/gim_config").exists()
+
+
+def test_snapshot_of_a_host_with_masked_config_files_opens(sim, tmp_path):
+    # `ln -s /dev/null /etc/modules-load.d/x.conf` masks a file; an absolute link must not break the archive
+    host = sim()
+    os.symlink("/dev/null", host.root / "etc/modprobe.d/masked.conf")
+    (host.root / "etc/modules-load.d").mkdir(parents=True, exist_ok=True)
+    os.symlink("/dev/null", host.root / "etc/modules-load.d/masked.conf")
+    snap = tmp_path / "s.tar.gz"
+    run_cli("host", "snapshot", "-o", str(snap), *_sim_args(host), sim_dir=host.state_dir, check_rc=0)
+    run_cli("plan", "--profile", "mi300x-4vf", "--snapshot", str(snap), sim_dir=host.state_dir, check_rc=3)

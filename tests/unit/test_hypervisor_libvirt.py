@@ -140,3 +140,16 @@ def test_an_unreachable_libvirt_is_a_host_error(tmp_path):
     with pytest.raises(HostError, match=r"^cannot connect to libvirt at qemu\+unix:///system\?socket") as err:
         open_hypervisor(uri)
     assert "\n" not in str(err.value) and "libvirtd running" in err.value.hint
+
+
+def test_attach_and_restore_keep_the_vms_graphics_password(tmp_path):
+    # libvirt leaves passwords out of XMLDesc unless asked (VIR_DOMAIN_XML_SECURE): writing that back
+    # would silently remove the VM's VNC password
+    xml = domain_xml("vnc").replace("</devices>", "<graphics type='vnc' port='-1' passwd='s3cret'/></devices>")
+    with LibvirtHypervisor(node_file(tmp_path, {"vnc": (xml, "shutoff")})) as hv:
+        saved = hv.definition("vnc")
+        assert "passwd='s3cret'" in saved
+        hv.attach("vnc", [VF0], numa_node=None, bar64_bytes=GIB)
+        assert "passwd='s3cret'" in hv.definition("vnc")
+        hv.restore("vnc", saved)
+        assert hv.definition("vnc") == saved

@@ -64,6 +64,26 @@ def host_lock(state_dir: Path | None, timeout: float = 30.0) -> Iterator[None]:
         os.close(fd)
 
 
+def lock_holder(state_dir: Path | None) -> str | None:
+    """Who holds the host lock right now ("vgpu pid N since ..."), or None when nobody does."""
+    if state_dir is None:
+        return None
+    try:
+        fd = os.open(state_dir / "lock", os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
+        return None if holder.startswith(f"vgpu pid {os.getpid()} ") else (holder or "another vgpu run")
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
 class Journal:
     def __init__(self, state_dir: Path):
         self.store = FileStore(state_dir)
@@ -98,9 +118,11 @@ class Pending:
     planned: int | None  # how many steps its plan had (None: a journal from before this was recorded)
     all_done: bool  # every step of the plan was applied: only the verification was cut short
 
+    rolling_back: bool = False  # the run had started undoing its steps when it died
+
     @property
     def complete(self) -> bool:
-        return self.all_done and self.planned == len(self.steps)
+        return self.all_done and self.planned == len(self.steps) and not self.rolling_back
 
 
 def pending_run(journal: Journal) -> Pending | None:
@@ -112,7 +134,7 @@ def pending_run(journal: Journal) -> Pending | None:
     planned = data.get("steps")
     return Pending(profile=str(data.get("profile", "?")), steps=tuple(step for step, _, _ in entries),
                    planned=planned if isinstance(planned, int) else None,
-                   all_done=all(done for _, _, done in entries))
+                   all_done=all(done for _, _, done in entries), rolling_back=bool(data.get("rolling_back")))
 
 
 def _entries(journal: Journal, data: dict) -> list[tuple[Step, dict, bool]]:
@@ -172,21 +194,30 @@ class Executor:
                 self.journal.save(data)
                 self._fire(index, step, "after")
                 outcome.applied.append(step.describe())
-            except VgpuError as exc:
-                outcome.rolled_back = self._rollback(done)
+            except Exception as exc:  # anything, not just our errors: a half-applied host is rolled back
+                err = _as_vgpu_error(exc)
+                outcome.rolled_back = self._rollback_journaled(data, done)
                 self.journal.clear()
-                raise ApplyError(f"step {index + 1} ({step.describe()}) failed: {exc.message}; "
-                                 f"rolled back {len(outcome.rolled_back)} step(s)", hint=exc.hint) from exc
+                raise ApplyError(f"step {index + 1} ({step.describe()}) failed: {err.message}; "
+                                 f"rolled back {len(outcome.rolled_back)} step(s)", hint=err.hint) from exc
         if verify is not None:
             try:
                 verify()
-            except VgpuError as exc:
-                outcome.rolled_back = self._rollback(done)
+            except Exception as exc:
+                err = _as_vgpu_error(exc)
+                outcome.rolled_back = self._rollback_journaled(data, done)
                 self.journal.clear()
-                raise ApplyError(f"{exc.message}; rolled back {len(outcome.rolled_back)} step(s)",
-                                 hint=exc.hint) from exc
+                raise ApplyError(f"{err.message}; rolled back {len(outcome.rolled_back)} step(s)",
+                                 hint=err.hint) from exc
         self.journal.clear()
         return outcome
+
+    def _rollback_journaled(self, data: dict, done: list[tuple[Step, dict]]) -> list[str]:
+        """Roll back, first marking the journal so that a crash during the rollback is never taken
+        for a run whose steps all completed."""
+        data["rolling_back"] = True
+        self.journal.save(data)
+        return self._rollback(done)
 
     def _rollback(self, done: list[tuple[Step, dict]]) -> list[str]:
         undone, errors = [], []
@@ -194,8 +225,8 @@ class Executor:
             try:
                 handlers.undo(step, self.ctx, info)
                 undone.append(step.describe())
-            except VgpuError as exc:  # keep going: a partial rollback beats none
-                errors.append(f"{step.describe()}: {exc.message}")
+            except Exception as exc:  # keep going: a partial rollback beats none
+                errors.append(f"{step.describe()}: {_as_vgpu_error(exc).message}")
         if errors:
             raise ApplyError("rollback incomplete: " + "; ".join(errors),
                              hint="the host is in a mixed state: run `vgpu status` and fix by hand")
@@ -204,3 +235,10 @@ class Executor:
     def _fire(self, index: int, step: Step, when: str) -> None:
         if self.hook is not None:
             self.hook(index, step, when)
+
+
+def _as_vgpu_error(exc: Exception) -> VgpuError:
+    """Our errors as they are; anything else (an OSError, a libvirt error) as one HostError sentence."""
+    if isinstance(exc, VgpuError):
+        return exc
+    return HostError(f"{type(exc).__name__}: {exc}")

@@ -217,6 +217,10 @@ def _attach_apply(step: AttachFunctions, ctx: Context, info: dict) -> None:
 
     bar64 = 0
     for address in step.functions:
+        # the plan predicted these addresses; attach only what really is a function bound for VMs
+        if binding.current_driver(ctx.paths, address) != "vfio-pci":
+            raise HostError(f"{address} is not bound to vfio-pci, so it is not attached to VM {step.vm}",
+                            hint="the VF addresses the plan predicted did not appear; run `vgpu plan` again")
         text = (binding.device_dir(ctx.paths, address) / "resource").read_text()
         bar64 += sum(b.size for b in parse_resource(text) if b.is_64bit)
     ctx.hv().attach(step.vm, step.functions, numa_node=step.numa_node, bar64_bytes=bar64)
@@ -224,7 +228,9 @@ def _attach_apply(step: AttachFunctions, ctx: Context, info: dict) -> None:
 
 def _vm_restore(step: AttachFunctions | DetachFunctions, ctx: Context, info: dict) -> None:
     hv = ctx.hv()
-    if info.get("xml") and hv.definition(step.vm) != info["xml"]:
+    if not info.get("xml") or step.vm not in {d.name for d in hv.domains()}:
+        return  # nothing saved yet, or the VM was undefined since: no configuration to put back
+    if hv.definition(step.vm) != info["xml"]:
         hv.restore(step.vm, info["xml"])
 
 

@@ -185,7 +185,7 @@ class DomainXml:
 
     def recorded_bars(self) -> dict[PciAddress, int]:
         """{function: 64-bit BAR bytes} for what vgpu assigned to this domain."""
-        return {PciAddress.parse(f.get("address", "")): int(f.get("bar64", "0"))
+        return {PciAddress.parse(f.get("address", "")): max(0, _int(f.get("bar64")))
                 for f in self._record().findall(f"{_V}function")}
 
     def record(self, address: PciAddress, bar64: int) -> None:

@@ -186,7 +186,13 @@ class LibvirtHypervisor:
     # -- hooks the simulated hypervisor overrides -----------------------------------------
 
     def _persistent_xml(self, dom: Any) -> str:
-        return dom.XMLDesc(self._lv.VIR_DOMAIN_XML_INACTIVE)
+        # SECURE: with it libvirt includes passwords (VNC/SPICE passwd=...), which a definition written
+        # back without them would silently drop
+        try:
+            return dom.XMLDesc(self._lv.VIR_DOMAIN_XML_INACTIVE | self._lv.VIR_DOMAIN_XML_SECURE)
+        except self._lv.libvirtError as exc:
+            raise HostError(f"libvirt at {self.uri} could not read VM {dom.name()}'s configuration: "
+                            f"{libvirt_message(exc)}") from exc
 
     def _define(self, xml: str, domain: str) -> Any:
         """Define (replace) a persistent domain; libvirt validates it against its schema first."""
