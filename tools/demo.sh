@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: the whole flow on a simulated host, no GPU needed.
-# discover -> readiness -> plan -> provision mi300x-4vf -> status -> plan again (in sync)
+# discover -> readiness -> define 2 VMs -> plan -> provision mi300x-4vf (VFs attached to the VMs) -> status
+# -> plan again (in sync)
 # -> the refusal on standard firmware (TotalVFs=1) -> validate simulated guests -> reports.
 set -euo pipefail
 venv=${1:-.venv}
@@ -29,11 +30,15 @@ expect 0 "$vgpu" host check --simulate
 step "The shipped profiles" vgpu profiles list
 "$vgpu" profiles list
 
+step "Define two VMs in the host's (simulated) libvirt, shut off: provision cold-plugs their VFs" \
+     vgpu sim vm gpu-vm-00 gpu-vm-01
+"$vgpu" sim vm gpu-vm-00 gpu-vm-01
+
 step "Plan mi300x-4vf: what changes, what it disrupts (exit 3: changes pending)" \
      vgpu plan --profile mi300x-4vf --simulate
 expect 3 "$vgpu" plan --profile mi300x-4vf --simulate
 
-step "Provision it: gim config + reload, VFs to vfio-pci, boot persistence, verified by read-back" \
+step "Provision it: gim config + reload, VFs to vfio-pci, attach to the VMs, boot persistence, verified by read-back" \
      vgpu provision --profile mi300x-4vf --simulate --yes
 "$vgpu" provision --profile mi300x-4vf --simulate --yes
 

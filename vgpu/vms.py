@@ -77,7 +77,11 @@ class VmView:
 
 def hypervisor_state(target) -> Path | None:
     """Where the simulated hypervisor of a simulated host keeps its VMs (None on a real host)."""
-    return target.sim.root / "var" / "lib" / "libvirt-sim" if target.sim is not None else None
+    return sim_hypervisor_dir(target.sim.root) if target.sim is not None else None
+
+
+def sim_hypervisor_dir(sim_root: Path) -> Path:
+    return Path(sim_root) / "var" / "lib" / "libvirt-sim"
 
 
 def open_target_hypervisor(target):
@@ -151,7 +155,7 @@ def attach_steps(planned: PlannedVms, domains: Mapping[str, Domain] | None, numa
         nodes = {planned.numa.get(a) for a in functions}
         node = nodes.pop() if numa_policy != "none" and len(nodes) == 1 else None
         steps.append(AttachFunctions(vm, missing, node))
-    if undefined:
+    if undefined and len(undefined) < len(planned.vms):  # none defined: VMs are not managed with vgpu here
         shown = ", ".join(undefined[:4]) + (f" and {len(undefined) - 4} more" if len(undefined) > 4 else "")
         warnings.append(f"{len(undefined)} VM(s) of the assignment are not defined in libvirt ({shown}): vgpu "
                         "attaches functions to VMs that exist; define them (q35, UEFI) and run provision again")

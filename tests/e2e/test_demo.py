@@ -21,7 +21,8 @@ def test_demo_script_runs_the_whole_flow(tmp_path):
                           timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
-    assert "changes pending" in out or "step" in out  # the plan before provisioning
+    assert "step 4 disrupts (host-wide" in out  # the plan before provisioning says what the reload takes
+    assert "done attach 0000:05:02.1 to VM gpu-vm-01" in out  # the VMs the demo defined get their VFs
     assert "in sync: simulated 8xmi300x already matches profile mi300x-4vf" in out
     assert "4 VFs exceed this PF's TotalVFs of 1" in out  # the refusal on standard firmware
     report = json.loads((tmp_path / "reports" / "validation-report.json").read_text())

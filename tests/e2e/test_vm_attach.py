@@ -104,3 +104,20 @@ def test_status_reports_a_vm_whose_functions_were_detached_by_hand(sim):
     drift = json.loads(run_cli(*args, sim_dir=host.state_dir, check_rc=1).stdout)
     item = [i for i in drift["items"] if i["subject"] == "VM gpu-vm-02"][0]
     assert item["actual"] == "none" and not item["ok"]
+
+
+def test_no_vm_defined_means_vms_are_managed_elsewhere_and_no_warning(sim):
+    result = plan_profile(target_of(sim()), load_profile("mi300x-4vf"))
+    assert not [w for w in result.warnings if "not defined in libvirt" in w]
+    assert len(result.plan.vms) == 32  # the assignment is still shown
+
+
+@pytest.mark.parametrize("names, message", [(["bad name;"], "is not allowed"),
+                                            (["gpu-vm-00", "gpu-vm-00"], "already defined")])
+def test_sim_vm_refuses_unsafe_or_duplicate_names(sim, names, message):
+    host = sim()
+    if names[0] == names[-1] and len(names) > 1:
+        run_cli("sim", "vm", names[0], "--sim-dir", str(host.state_dir), sim_dir=host.state_dir, check_rc=0)
+        names = names[1:]
+    proc = run_cli("sim", "vm", *names, "--sim-dir", str(host.state_dir), sim_dir=host.state_dir, check_rc=5)
+    assert message in proc.stderr

@@ -68,3 +68,34 @@ def remove(sim_dir: Path | None) -> None:
         raise InputError(f"{state} is not a simulated host's state directory; refusing to delete it")
     shutil.rmtree(state)
     click.echo(f"removed {state}")
+
+
+@sim.command("vm")
+@click.argument("names", nargs=-1, required=True)
+@click.option("--running", is_flag=True, help="Start them (a running VM holds its devices).")
+@click.option("--sim-dir", type=click.Path(path_type=Path), default=None)
+def vm(names: tuple[str, ...], running: bool, sim_dir: Path | None) -> None:
+    """Define VMs (q35, UEFI, no GPU yet) in the simulated host's libvirt, as `virsh define` would;
+    `vgpu provision` then attaches the profile's functions to those that are shut off."""
+    from vgpu.errors import InputError
+    from vgpu.hypervisor.sim import SimHypervisor
+    from vgpu.model.profile_assign import safe_name
+    from vgpu.sim import SimHost
+    from vgpu.vms import sim_hypervisor_dir
+
+    state = sim_dir or default_sim_dir()
+    if not SimHost.exists(state):
+        raise InputError(f"no simulated host in {state}", hint="create one with `vgpu sim reset`")
+    hv = SimHypervisor(sim_hypervisor_dir(SimHost.open(state).root))
+    existing = {d.name for d in hv.domains()}
+    for name in names:
+        try:
+            safe_name(name, "VM name")
+        except ValueError as exc:
+            raise InputError(str(exc)) from None
+        if name in existing:
+            raise InputError(f"VM {name} is already defined on the simulated host")
+    for name in names:
+        hv.define_domain(name, running=running)
+        click.echo(f"defined VM {name} ({'running' if running else 'shut off'})")
+
