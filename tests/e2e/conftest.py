@@ -54,6 +54,13 @@ def machine_for(profile_name: str, tmp_path: Path) -> str:
     return str(spec)
 
 
+def hypervisor_of(host):
+    """The simulated host's libvirt (the real test:/// driver), where tests define and start VMs."""
+    from vgpu.hypervisor.sim import SimHypervisor
+    from vgpu.vms import sim_hypervisor_dir
+    return SimHypervisor(sim_hypervisor_dir(host.root))
+
+
 def target_of(host) -> HostTarget:
     return HostTarget(HostPaths.under(host.root, label=f"simulated {host.machine.name}"), sim=host)
 

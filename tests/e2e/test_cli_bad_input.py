@@ -5,11 +5,10 @@ import tarfile
 from vgpu.errors import InUseError
 from vgpu.profiles import load_profile
 from vgpu.provision import provision
-from vgpu.vms import hypervisor_state
 
 import pytest
 
-from conftest import inventory, run_cli, target_of
+from conftest import hypervisor_of, inventory, run_cli, target_of
 
 
 def one_error_line(proc):
@@ -74,12 +73,11 @@ def test_invalid_profile_changes_nothing(sim, tmp_path):
 
 
 def test_vf_of_a_running_libvirt_domain_is_never_reloaded_without_force(sim):
-    from vgpu.hypervisor.sim import SimHypervisor
     host = sim()
     target = target_of(host)
     provision(target, load_profile("mi300x-1vf"))
     vf = inventory(host).gpus[0].vfs[0].address
-    SimHypervisor(hypervisor_state(target)).define_domain("train-01", [vf], running=True)
+    hypervisor_of(host).define_domain("train-01", [vf], running=True)
     before = inventory(host)
     with pytest.raises(InUseError, match="train-01"):
         provision(target, load_profile("mi300x-4vf"))

@@ -11,7 +11,7 @@ from vgpu.host.executor import host_lock
 from vgpu.profiles import load_profile
 from vgpu.provision import plan_profile, provision
 
-from conftest import REPO, inventory, kvm_profiles, machine_for, run_cli, target_of
+from conftest import REPO, hypervisor_of, inventory, kvm_profiles, machine_for, run_cli, target_of
 
 
 def step_count(sim, name, machine="8xmi300x"):
@@ -119,14 +119,12 @@ def test_run_killed_after_its_last_step_is_kept_not_rolled_back(sim):
 
 
 def test_rollback_of_an_interrupted_run_respects_holders_and_force(sim):
-    from vgpu.hypervisor.sim import SimHypervisor
-    from vgpu.vms import hypervisor_state
     host = sim()
     plan = plan_profile(target_of(host), load_profile("mi300x-4vf")).plan
     reload_at = next(i for i, s in enumerate(plan.steps) if s.kind == "reload-gim")
     args = _kill_provision(host, reload_at + 1)  # VFs made and one GPU's bound: then the crash
     vf = inventory(host).gpus[0].vfs[2].address
-    SimHypervisor(hypervisor_state(target_of(host))).define_domain("train-02", [vf], running=True)
+    hypervisor_of(host).define_domain("train-02", [vf], running=True)
     before = inventory(host)
     refused = run_cli(*args, sim_dir=host.state_dir, check_rc=6)
     assert "interrupted mi300x-4vf run must be rolled back first" in refused.stderr
@@ -197,10 +195,8 @@ def test_a_rollback_that_failed_half_way_is_never_taken_for_a_completed_run(sim)
 
 
 def test_recovery_when_the_vm_was_undefined_after_the_crash(sim):
-    from vgpu.hypervisor.sim import SimHypervisor
-    from vgpu.vms import hypervisor_state
     host = sim()
-    hv = SimHypervisor(hypervisor_state(target_of(host)))
+    hv = hypervisor_of(host)
     hv.define_domain("gpu-vm-00", running=False)
     plan = plan_profile(target_of(host), load_profile("mi300x-4vf")).plan
     attach_at = next(i for i, s in enumerate(plan.steps) if s.kind == "attach-functions")
@@ -213,12 +209,10 @@ def test_recovery_when_the_vm_was_undefined_after_the_crash(sim):
 
 def test_attach_refuses_a_function_that_is_not_on_vfio_pci(sim):
     # the plan predicted VF addresses; at apply time only a function really bound for VMs is attached
-    from vgpu.hypervisor.sim import SimHypervisor
     from vgpu.host import binding
-    from vgpu.vms import hypervisor_state
     host = sim()
     target = target_of(host)
-    hv = SimHypervisor(hypervisor_state(target))
+    hv = hypervisor_of(host)
     hv.define_domain("gpu-vm-00", running=False)
     before, xml = inventory(host), hv.definition("gpu-vm-00")
 

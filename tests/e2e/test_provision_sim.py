@@ -8,9 +8,8 @@ from vgpu.errors import InUseError, RefusedError
 from vgpu.planner import Refusal
 from vgpu.profiles import load_profile
 from vgpu.provision import plan_profile, provision, release
-from vgpu.vms import hypervisor_state
 
-from conftest import inventory, kvm_profiles, machine_for, run_cli, target_of
+from conftest import hypervisor_of, inventory, kvm_profiles, machine_for, run_cli, target_of
 
 
 def test_every_shipped_kvm_profile_is_covered():
@@ -128,12 +127,11 @@ def test_recorded_profile_reapplies_after_a_simulated_reboot(sim):
 
 def test_plan_output_names_every_vf_and_vm_a_reload_takes_away(sim):
     # an SRE reads this before a maintenance window: the table abbreviates, the list below it must not
-    from vgpu.hypervisor.sim import SimHypervisor
     host = sim()
     target = target_of(host)
     provision(target, load_profile("mi300x-1vf"))
     vfs = [vf.address for g in inventory(host).gpus for vf in g.vfs]
-    SimHypervisor(hypervisor_state(target)).define_domain("train-07", [vfs[5]], running=True)
+    hypervisor_of(host).define_domain("train-07", [vfs[5]], running=True)
     proc = run_cli("plan", "--profile", "mi300x-4vf", "--simulate", "--sim-dir", str(host.state_dir),
                    sim_dir=host.state_dir, check_rc=3)
     section = proc.stdout.split("disrupts (host-wide", 1)[1]

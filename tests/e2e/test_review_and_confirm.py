@@ -12,9 +12,8 @@ import pytest
 from vgpu.errors import ApplyError
 from vgpu.profiles import load_profile
 from vgpu.provision import provision
-from vgpu.vms import hypervisor_state
 
-from conftest import REPO, inventory, run_cli, target_of
+from conftest import REPO, hypervisor_of, inventory, run_cli, target_of
 
 
 def _sim_args(host):
@@ -119,12 +118,11 @@ def test_the_question_on_a_terminal_decides(sim, answer, rc):
 
 
 def test_release_refuses_while_a_running_vm_holds_a_vf(sim):
-    from vgpu.hypervisor.sim import SimHypervisor
     host = sim()
     target = target_of(host)
     provision(target, load_profile("mi300x-4vf"))
     vf = inventory(host).gpus[6].vfs[1].address
-    SimHypervisor(hypervisor_state(target)).define_domain("infer-03", [vf], running=True)
+    hypervisor_of(host).define_domain("infer-03", [vf], running=True)
     before = inventory(host)
     proc = run_cli("release", "--yes", *_sim_args(host), sim_dir=host.state_dir, check_rc=6)
     assert "infer-03" in proc.stderr

@@ -5,17 +5,11 @@ import pytest
 
 from vgpu.errors import ApplyError
 from vgpu.hypervisor.domain import DomainXml
-from vgpu.hypervisor.sim import SimHypervisor
 from vgpu.planner import Refusal
 from vgpu.profiles import load_profile
 from vgpu.provision import plan_profile, provision, release
-from vgpu.vms import hypervisor_state
 
-from conftest import inventory, run_cli, target_of
-
-
-def _hv(host):
-    return SimHypervisor(hypervisor_state(target_of(host)))
+from conftest import hypervisor_of, inventory, run_cli, target_of
 
 
 def _hostdevs(hv, name):
@@ -24,7 +18,7 @@ def _hostdevs(hv, name):
 
 def test_provision_attaches_each_defined_vm_its_vfs_and_replans_to_zero(sim):
     host = sim()
-    hv = _hv(host)
+    hv = hypervisor_of(host)
     for name in ("gpu-vm-00", "gpu-vm-05", "gpu-vm-31"):
         hv.define_domain(name, running=False)
     target = target_of(host)
@@ -45,7 +39,7 @@ def test_provision_attaches_each_defined_vm_its_vfs_and_replans_to_zero(sim):
 
 def test_running_vm_is_not_hot_plugged_but_named(sim):
     host = sim()
-    hv = _hv(host)
+    hv = hypervisor_of(host)
     hv.define_domain("gpu-vm-00", running=True)
     result = plan_profile(target_of(host), load_profile("mi300x-4vf"))
     assert not [s for s in result.plan.steps if s.kind == "attach-functions"]
@@ -55,7 +49,7 @@ def test_running_vm_is_not_hot_plugged_but_named(sim):
 def test_function_already_in_another_vms_configuration_is_refused(sim):
     host = sim()
     provision(target_of(host), load_profile("mi300x-4vf"))
-    hv = _hv(host)
+    hv = hypervisor_of(host)
     vf = inventory(host).gpus[0].vfs[1].address  # gpu-vm-01's by the pattern
     hv.define_domain("legacy-vm", [vf], running=False)
     hv.define_domain("gpu-vm-01", running=False)
@@ -65,7 +59,7 @@ def test_function_already_in_another_vms_configuration_is_refused(sim):
 
 def test_failed_attach_rolls_back_the_vm_and_the_host(sim):
     host = sim()
-    hv = _hv(host)
+    hv = hypervisor_of(host)
     hv.define_domain("gpu-vm-00", running=False)
     hv.define_domain("gpu-vm-01", running=False, machine="pc")  # i440fx: attach refuses it
     before, xml_00 = inventory(host), hv.definition("gpu-vm-00")
@@ -78,7 +72,7 @@ def test_failed_attach_rolls_back_the_vm_and_the_host(sim):
 
 def test_release_detaches_what_vgpu_attached_and_leaves_the_rest(sim):
     host = sim()
-    hv = _hv(host)
+    hv = hypervisor_of(host)
     hv.define_domain("gpu-vm-00", running=False)
     target = target_of(host)
     provision(target, load_profile("mi300x-4vf"))
@@ -94,7 +88,7 @@ def test_release_detaches_what_vgpu_attached_and_leaves_the_rest(sim):
 def test_status_reports_a_vm_whose_functions_were_detached_by_hand(sim):
     import json
     host = sim()
-    hv = _hv(host)
+    hv = hypervisor_of(host)
     hv.define_domain("gpu-vm-02", running=False)
     provision(target_of(host), load_profile("mi300x-4vf"))
     args = ("status", "--json", "--simulate", "--sim-dir", str(host.state_dir))
