@@ -1,5 +1,6 @@
 """Bad input: one clear error line, a documented exit code, nothing changed."""
 
+import json
 import tarfile
 
 from vgpu.errors import InUseError
@@ -85,3 +86,16 @@ def test_vf_of_a_running_libvirt_domain_is_never_reloaded_without_force(sim):
     provision(target, load_profile("mi300x-4vf"), force=True)  # --force: the operator drained it
     assert len(inventory(host).gpus[0].vfs) == 4
 
+
+
+def test_this_machine_without_instinct_gpus_is_refused_and_left_alone(tmp_path):
+    # the real /sys of the machine running the tests: no AMD Instinct GPU, so nothing may be planned or written
+    etc = tmp_path / "etc"
+    env = {"VGPU_ETC_DIR": str(etc)}
+    proc = run_cli("plan", "--profile", "mi300x-4vf", "--json", sim_dir=tmp_path, env_extra=env, check_rc=4)
+    problems = json.loads(proc.stdout)["problems"]
+    assert any("wants MI300X GPUs, but the host has none" in p["message"] for p in problems), problems
+    run_cli("provision", "--profile", "mi300x-4vf", "--yes", sim_dir=tmp_path, env_extra=env, check_rc=4)
+    status = run_cli("status", sim_dir=tmp_path, env_extra=env, check_rc=0)
+    assert "no profile recorded" in status.stdout
+    assert not etc.exists()  # nothing was written under the configured /etc

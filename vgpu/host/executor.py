@@ -42,9 +42,13 @@ def host_lock(state_dir: Path | None, timeout: float = 30.0) -> Iterator[None]:
     if state_dir is None:
         yield
         return
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
     path = state_dir / "lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise HostError(f"cannot take the host lock {path}: {exc.strerror or exc}",
+                        hint="changing a host needs root (run with sudo)") from exc
     try:
         deadline = time.monotonic() + timeout
         while True:
