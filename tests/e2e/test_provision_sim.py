@@ -208,3 +208,26 @@ def test_export_after_provisioning_part_of_the_gpus_describes_that_part(sim, tmp
     assert exported["gpu"]["select"] == {"addresses": ["0000:05:00.0", "0000:26:00.0", "0000:46:00.0",
                                                        "0000:65:00.0"]}
     assert plan_profile(target, load_profile(str(out))).plan.in_sync
+
+
+def test_a_process_holding_a_vfs_iommufd_cdev_blocks_the_reload(sim):
+    # QEMU with iommufd opens /dev/vfio/devices/vfioN, not /dev/vfio/<group>; the kernel links the
+    # function to it through <device>/vfio-dev/vfioN
+    import os
+    from vgpu.host.holders import function_holders
+    host = sim()
+    target = target_of(host)
+    provision(target, load_profile("mi300x-1vf"))
+    vf = inventory(host).gpus[2].vfs[0].address
+    device = (host.root / "sys/bus/pci/devices" / str(vf)).resolve()
+    (device / "vfio-dev" / "vfio7").mkdir(parents=True)
+    fd_dir = host.root / "proc" / "4242" / "fd"
+    fd_dir.mkdir(parents=True)
+    os.symlink("/dev/vfio/devices/vfio7", fd_dir / "31")
+    os.symlink("/dev/iommu", fd_dir / "30")
+    (host.root / "proc" / "4242" / "comm").write_text("qemu-system-x86\n")
+    assert function_holders(target.paths, inventory(host)) == {vf: ["pid 4242 (qemu-system-x86)"]}
+    before = inventory(host)
+    with pytest.raises(InUseError, match="pid 4242"):
+        provision(target, load_profile("mi300x-4vf"))
+    assert inventory(host).gpus == before.gpus
