@@ -8,6 +8,7 @@ back and planning zero steps against the same profile.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -69,6 +70,8 @@ def plan_profile(target: HostTarget, profile) -> PlanResult:
     warnings: list[str] = []
     view = vm_view(target, inv, warnings)
     holders = function_holders(target.paths, inv, view.holders)
+    if target.sim is None and not target.read_only and os.geteuid() != 0:
+        warnings.append("not running as root: other users' processes holding VFIO devices could not be checked")
     desired = desired_state(profile, inv)
     vm_problems: list[Problem] = []
     try:
