@@ -171,3 +171,15 @@ def test_snapshot_of_a_host_with_masked_config_files_opens(sim, tmp_path):
     snap = tmp_path / "s.tar.gz"
     run_cli("host", "snapshot", "-o", str(snap), *_sim_args(host), sim_dir=host.state_dir, check_rc=0)
     run_cli("plan", "--profile", "mi300x-4vf", "--snapshot", str(snap), sim_dir=host.state_dir, check_rc=3)
+
+
+def test_plan_as_a_normal_user_says_what_it_could_not_see(sim, monkeypatch):
+    from vgpu.host.paths import HostPaths
+    from vgpu.host.target import HostTarget
+    from vgpu.provision import plan_profile
+    import vgpu.provision
+    host = sim()
+    monkeypatch.setattr(vgpu.provision.os, "geteuid", lambda: 1000)
+    as_if_live = HostTarget(HostPaths.under(host.root, label="this host"))  # neither simulated nor a capture
+    warnings = plan_profile(as_if_live, load_profile("mi300x-4vf")).warnings
+    assert any("not running as root" in w for w in warnings)
