@@ -37,7 +37,7 @@ def vm_items(planned_vms, domains) -> list[Item]:
         domain = domains.get(vm)
         if domain is None:
             continue
-        have = [a for a in functions if a in domain.functions]
+        have = [a for a in functions if a in domain.hostdevs]
         items.append(Item(f"VM {vm}", "attached", ", ".join(str(a) for a in functions),
                           ", ".join(str(a) for a in have) or "none"))
     return items

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from vgpu.catalog import Mode
 from vgpu.errors import VgpuError
+from vgpu.hypervisor.base import DomainInfo, holding
 from vgpu.model.inventory import Inventory
 from vgpu.model.pci import PciAddress
 from vgpu.model.plan import AttachFunctions, DetachFunctions, Problem
@@ -58,21 +59,10 @@ def planned_vms(profile, desired, inv: Inventory) -> PlannedVms:
     return PlannedVms(vms, {f.address: f.numa_node for f in functions})
 
 
-@dataclass(frozen=True)
-class Domain:
-    """What the plan needs to know of one defined VM."""
-
-    name: str
-    active: bool
-    functions: tuple[PciAddress, ...]  # host functions its configuration references
-    assigned: tuple[PciAddress, ...] = ()  # of those, the ones vgpu attached (its metadata record)
-
-
 @dataclass
 class VmView:
     holders: dict[PciAddress, list[str]] = field(default_factory=dict)  # function -> ["VM name"] (active VMs)
-    domains: dict[str, Domain] | None = None  # None: libvirt was not asked (a capture) or is unreachable
-    hypervisor: object | None = None
+    domains: dict[str, DomainInfo] | None = None  # None: libvirt was not asked (a capture) or is unreachable
 
 
 def hypervisor_state(target) -> Path | None:
@@ -98,11 +88,9 @@ def vm_view(target, inv: Inventory, warnings: list[str]) -> VmView:
         warnings.append(f"{target.paths.label} is a capture: which VMs use its GPUs was not checked "
                         "(run plan on the host itself for that)")
         return VmView()
-    addresses = {fn.address for g in inv.gpus for fn in (g, *g.vfs)}
+    addresses = [fn.address for g in inv.gpus for fn in (g, *g.vfs)]
     try:
-        hv = open_target_hypervisor(target)
-        infos = hv.domains()
-        domains = {d.name: Domain(d.name, d.active, d.hostdevs, _assigned(hv, d)) for d in infos}
+        domains = {d.name: d for d in open_target_hypervisor(target).domains()}
     except ImportError:
         warnings.append("libvirt-python is not installed: which VMs use the GPUs was not checked")
         return VmView()
@@ -110,31 +98,18 @@ def vm_view(target, inv: Inventory, warnings: list[str]) -> VmView:
         warnings.append(f"could not ask libvirt which VMs use the GPUs ({exc.message}); "
                         "only processes holding /dev/vfio were checked")
         return VmView()
-    holders: dict[PciAddress, list[str]] = {}
-    for d in domains.values():
-        if d.active:
-            for address in d.functions:
-                if address in addresses:
-                    holders.setdefault(address, []).append(f"VM {d.name}")
-    return VmView(holders, domains, hv)
+    holders = {a: [f"VM {d.name}" for d in ds if d.active] for a, ds in holding(domains.values(), addresses).items()}
+    return VmView({a: names for a, names in holders.items() if names}, domains)
 
 
-def _assigned(hv, info) -> tuple[PciAddress, ...]:
-    if not info.persistent or not info.hostdevs:
-        return ()
-    from vgpu.hypervisor.domain import DomainXml
-
-    return tuple(sorted(DomainXml.parse(hv.definition(info.name), f"VM {info.name}'s XML").recorded_bars()))
-
-
-def attach_steps(planned: PlannedVms, domains: Mapping[str, Domain] | None, numa_policy: str,
+def attach_steps(planned: PlannedVms, domains: Mapping[str, DomainInfo] | None, numa_policy: str,
                  warnings: list[str]) -> tuple[list[AttachFunctions], list[Problem]]:
     """Cold-plug steps for the assigned VMs that exist and lack their functions; problems for a
     function another VM's configuration already holds."""
     if planned.vms is None or domains is None:
         return [], []
     steps, problems, undefined, running = [], [], [], []
-    owner = {a: d.name for d in domains.values() for a in d.functions}
+    owner = {a: d.name for d in domains.values() for a in d.hostdevs}
     for vm, functions in planned.vms:
         domain = domains.get(vm)
         if domain is None:
@@ -146,7 +121,7 @@ def attach_steps(planned: PlannedVms, domains: Mapping[str, Domain] | None, numa
                                     "already has it",
                                     f"detach it from {other} (virsh detach-device {other} --config), or change the "
                                     "profile's vms section"))
-        missing = tuple(a for a in functions if a not in domain.functions)
+        missing = tuple(a for a in functions if a not in domain.hostdevs)
         if taken or not missing:
             continue
         if domain.active:
@@ -165,7 +140,7 @@ def attach_steps(planned: PlannedVms, domains: Mapping[str, Domain] | None, numa
     return steps, problems
 
 
-def detach_steps(domains: Mapping[str, Domain] | None, functions: Sequence[PciAddress]) -> list[DetachFunctions]:
+def detach_steps(domains: Mapping[str, DomainInfo] | None, functions: Sequence[PciAddress]) -> list[DetachFunctions]:
     """For release: take back from shut-off VMs the functions vgpu attached to them (running VMs
     holding them are holders, refused without --force, and keep their configuration)."""
     if not domains:

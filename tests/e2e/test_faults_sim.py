@@ -60,7 +60,7 @@ def test_sigkill_at_every_step_then_next_run_converges(sim, when):
     n = step_count(sim, name)
     for index in range(n):
         host = sim(name=f"kill-{when}-{index}")
-        args = ("provision", "--profile", name, "--yes", "--simulate", "--sim-dir", str(host.state_dir))
+        args = _provision_args(host, name)
         killed = run_cli(*args, sim_dir=host.state_dir, env_extra={"VGPU_SIM_KILL_AT": f"{index}:{when}"})
         assert killed.returncode == -9, (index, killed.stderr[-500:])
         assert (host.root / "var/lib/vgpu/journal.json").exists()
@@ -97,8 +97,17 @@ def test_lock_held_elsewhere_is_reported_with_its_holder(sim):
             provision(target, load_profile("mi300x-4vf"), lock_timeout=0.2)
 
 
+def _provision_args(host, name="mi300x-4vf"):
+    return ("provision", "--profile", name, "--yes", "--simulate", "--sim-dir", str(host.state_dir))
+
+
+def _step_index(host, kind, name="mi300x-4vf"):
+    plan = plan_profile(target_of(host), load_profile(name)).plan
+    return next(i for i, s in enumerate(plan.steps) if s.kind == kind)
+
+
 def _kill_provision(host, index, when="after", name="mi300x-4vf"):
-    args = ("provision", "--profile", name, "--yes", "--simulate", "--sim-dir", str(host.state_dir))
+    args = _provision_args(host, name)
     killed = run_cli(*args, sim_dir=host.state_dir, env_extra={"VGPU_SIM_KILL_AT": f"{index}:{when}"})
     assert killed.returncode == -9, killed.stderr[-500:]
     return args
@@ -120,9 +129,7 @@ def test_run_killed_after_its_last_step_is_kept_not_rolled_back(sim):
 
 def test_rollback_of_an_interrupted_run_respects_holders_and_force(sim):
     host = sim()
-    plan = plan_profile(target_of(host), load_profile("mi300x-4vf")).plan
-    reload_at = next(i for i, s in enumerate(plan.steps) if s.kind == "reload-gim")
-    args = _kill_provision(host, reload_at + 1)  # VFs made and one GPU's bound: then the crash
+    args = _kill_provision(host, _step_index(host, "reload-gim") + 1)  # VFs made and one GPU's bound: then the crash
     vf = inventory(host).gpus[0].vfs[2].address
     hypervisor_of(host).define_domain("train-02", [vf], running=True)
     before = inventory(host)
@@ -166,7 +173,7 @@ def test_sigkill_inside_a_step_then_next_run_converges(sim, op):
     # not between steps but in the middle of one: gim unloaded and not yet reloaded, or a VF half rebound
     host = sim()
     host.kernel.fail_next(op, kill=True)
-    args = ("provision", "--profile", "mi300x-4vf", "--yes", "--simulate", "--sim-dir", str(host.state_dir))
+    args = _provision_args(host)
     killed = run_cli(*args, sim_dir=host.state_dir)
     assert killed.returncode == -9, killed.stderr[-500:]
     again = run_cli(*args, sim_dir=host.state_dir, check_rc=0)
@@ -189,8 +196,7 @@ def test_a_rollback_that_failed_half_way_is_never_taken_for_a_completed_run(sim)
         provision(target, load_profile("mi300x-4vf"), hook=fail_last)
     pending = pending_run(Journal(target.state_dir))
     assert pending.all_done and pending.rolling_back and not pending.complete
-    again = run_cli("provision", "--profile", "mi300x-4vf", "--yes", "--simulate", "--sim-dir",
-                    str(host.state_dir), sim_dir=host.state_dir, check_rc=0)
+    again = run_cli(*_provision_args(host), sim_dir=host.state_dir, check_rc=0)
     assert "undid" in again.stdout and "kept them" not in again.stdout
 
 
@@ -198,9 +204,7 @@ def test_recovery_when_the_vm_was_undefined_after_the_crash(sim):
     host = sim()
     hv = hypervisor_of(host)
     hv.define_domain("gpu-vm-00", running=False)
-    plan = plan_profile(target_of(host), load_profile("mi300x-4vf")).plan
-    attach_at = next(i for i, s in enumerate(plan.steps) if s.kind == "attach-functions")
-    args = _kill_provision(host, attach_at)
+    args = _kill_provision(host, _step_index(host, "attach-functions"))
     hv.undefine("gpu-vm-00")  # the operator deleted the VM meanwhile
     again = run_cli(*args, sim_dir=host.state_dir, check_rc=0)
     assert "recovered" in again.stdout

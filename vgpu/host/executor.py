@@ -57,7 +57,7 @@ def host_lock(state_dir: Path | None, timeout: float = 30.0) -> Iterator[None]:
                 break
             except OSError as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
-                    holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another vgpu run"
+                    holder = _holder(fd) or "another vgpu run"
                     raise LockedError(f"the host is locked by {holder}",
                                       hint="wait for it to finish; the lock frees itself when that run ends") from exc
                 time.sleep(0.1)
@@ -79,13 +79,18 @@ def lock_holder(state_dir: Path | None) -> str | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
+        holder = _holder(fd)
         return None if holder.startswith(f"vgpu pid {os.getpid()} ") else (holder or "another vgpu run")
     else:
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
     finally:
         os.close(fd)
+
+
+def _holder(fd: int) -> str:
+    """What the run holding the lock wrote into it: "vgpu pid N since HH:MM:SS" ("" if nothing)."""
+    return os.pread(fd, 200, 0).decode(errors="replace").strip()
 
 
 class Journal:

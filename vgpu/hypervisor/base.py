@@ -37,11 +37,22 @@ class DomainInfo:
     state: str
     hostdevs: tuple[PciAddress, ...] = ()
     persistent: bool = True
+    assigned: tuple[PciAddress, ...] = ()  # of the persistent hostdevs, those vgpu attached (its <metadata> record)
 
     @property
     def active(self) -> bool:
         """True when a QEMU process exists (running, paused, ...): it holds its devices open."""
         return self.state in ACTIVE_STATES
+
+
+def holding(domains: Iterable[DomainInfo], addresses: Iterable[PciAddress]) -> dict[PciAddress, list[DomainInfo]]:
+    """For each address asked about, the domains whose configuration references it ([] if none)."""
+    found: dict[PciAddress, list[DomainInfo]] = {a: [] for a in dict.fromkeys(addresses)}
+    for info in domains:
+        for address in info.hostdevs:
+            if address in found:
+                found[address].append(info)
+    return found
 
 
 @runtime_checkable

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vgpu.errors import HostError, InputError, InUseError
-from vgpu.hypervisor.base import DomainInfo, state_name
+from vgpu.hypervisor.base import DomainInfo, holding, state_name
 from vgpu.hypervisor.domain import DomainXml, attach_functions, detach_functions
 from vgpu.hypervisor.xml import check_domain_name, parse, referenced_functions
 from vgpu.model.pci import PciAddress
@@ -106,20 +106,15 @@ class LibvirtHypervisor:
             if exc.get_error_code() == self._lv.VIR_ERR_NO_DOMAIN:
                 return None
             raise HostError(f"libvirt at {self.uri} could not read a VM: {libvirt_message(exc)}") from exc
+        roots = [parse(text, f"VM {name}'s XML") for text in texts]
         functions: list[PciAddress] = []
-        for text in texts:
-            found = referenced_functions(parse(text, f"VM {name}'s XML"))
-            functions += [a for a in found if a not in functions]
-        return DomainInfo(name, uuid, state, tuple(functions), persistent)
+        for root in roots:
+            functions += [a for a in referenced_functions(root) if a not in functions]
+        assigned = tuple(sorted(DomainXml(roots[0]).recorded_bars())) if persistent else ()
+        return DomainInfo(name, uuid, state, tuple(functions), persistent, assigned)
 
     def holders(self, addresses: Iterable[PciAddress]) -> dict[PciAddress, list[DomainInfo]]:
-        wanted = list(dict.fromkeys(addresses))
-        found: dict[PciAddress, list[DomainInfo]] = {a: [] for a in wanted}
-        for info in self.domains():
-            for address in info.hostdevs:
-                if address in found:
-                    found[address].append(info)
-        return found
+        return holding(self.domains(), addresses)
 
     # -- changing --------------------------------------------------------------------------
 
