@@ -11,7 +11,7 @@ import pytest
 from vgpu.sim.guests import REPLAY_ROOT, SCENARIOS
 from vgpu.sim.guests.standin import candidates, replay_text
 
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 REPLAYS = sorted(p for s in SCENARIOS for p in (REPLAY_ROOT / s).iterdir() if p.name != "guest.json")
 SOURCE = re.compile(r"; source: fixtures/(?P<path>\S+?); (?P<how>verbatim|flags: edited)")
 FROM_FIXTURES = [p for p in REPLAYS if SOURCE.search(p.read_text().split("\n", 1)[0])]
@@ -38,7 +38,7 @@ def test_replay_file_starts_with_a_provenance_header(path):
     assert SOURCE.search(header) or "flags: synthetic" in header, header
 
 
-@pytest.mark.skipif(not FIXTURES.is_dir(), reason="../shared/fixtures not beside the checkout")
+@pytest.mark.skipif(not FIXTURES.is_dir(), reason="tests/fixtures missing")
 @pytest.mark.parametrize("path", FROM_FIXTURES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_replays_said_to_be_verbatim_equal_the_fixture(path):
     match = SOURCE.search(path.read_text().split("\n", 1)[0])

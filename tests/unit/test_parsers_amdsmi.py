@@ -10,7 +10,7 @@ from vgpu.guest.agent.parsers.amdsmi import (parse_amdsmi, parse_amdsmi_csv, par
 from vgpu.guest.agent.parsers.blocks import parse_blocks, to_dict
 from vgpu.guest.agent.parsers.common import ParseError, parse_list
 
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def fixture(name: str) -> str:

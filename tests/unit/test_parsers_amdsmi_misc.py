@@ -10,7 +10,7 @@ from vgpu.guest.agent.parsers.amdsmi_misc import (clock_mhz, parse_amdsmi_defaul
                                                   parse_amdsmi_version)
 from vgpu.guest.agent.parsers.common import ParseError
 
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def fixture(name: str) -> str:

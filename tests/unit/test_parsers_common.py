@@ -10,7 +10,7 @@ from vgpu.guest.agent.parsers.common import (ParseError, Quantity, is_na, is_tru
                                              json_payload, normalize_bdf, parse_float, parse_int,
                                              parse_list, parse_quantity, size_mb)
 
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 @pytest.mark.parametrize("text,expected", [

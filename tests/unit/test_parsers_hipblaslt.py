@@ -7,7 +7,7 @@ import pytest
 from vgpu.guest.agent.parsers.common import ParseError
 from vgpu.guest.agent.parsers.hipblaslt import parse_hipblaslt_bench
 
-FIXTURES = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def fixture(name: str) -> str:

@@ -1,0 +1,283 @@
+"""The one way vgpu reads a file that comes from outside, and writes an output path it was given.
+
+Everything an operator or a third party hands vgpu (profiles, machine specs, guests files, Ansible
+inventories, validation reports, snapshot members and manifests, captured sysfs attributes,
+journals, simulator state) is read through :func:`read_input`, which
+
+- opens without blocking (a FIFO never hangs the run) and refuses anything that is not a regular
+  file (FIFOs, devices such as /dev/zero, sockets, directories), naming the file;
+- reads at most the cap for that kind of file (:data:`LIMITS`, documented in docs/security.md) and
+  refuses a larger file instead of filling memory;
+- turns every OSError (missing, permission, I/O) into one line naming the path.
+
+:func:`load_json` and :func:`load_yaml` add decoding (UTF-8 only), bounded nesting, and for YAML no
+aliases (billion-laughs bombs) and no duplicate keys. :func:`output_target` is the check every
+``-o PATH`` goes through before anything is written: ``-`` is stdout, an existing target must be a
+regular file (never a device, FIFO, directory or symlink), its directory must exist.
+
+All failures are :class:`~vgpu.errors.InputError` (exit code 5), one line.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vgpu.errors import InputError
+
+KiB = 1024
+MiB = 1024 * KiB
+
+# What each kind of outside file may weigh at most (bytes). Each cap is far above any real file of
+# that kind (the real sizes are in docs/security.md) and far below what hurts a 2-core host.
+LIMITS: dict[str, int] = {
+    "profile": 256 * KiB,
+    "machine spec": 1 * MiB,
+    "guests file": 4 * MiB,
+    "inventory": 4 * MiB,
+    "report": 64 * MiB,
+    "sysfs attribute": 64 * KiB,
+    "journal": 4 * MiB,
+    "manifest": 4 * MiB,
+    "simulator state": 16 * MiB,
+    "config file": 1 * MiB,
+    "snapshot": 64 * MiB,
+    "known_hosts": 16 * MiB,
+}
+MAX_JSON_DEPTH = 64  # vgpu's own JSON documents nest at most 6 levels
+MAX_YAML_DEPTH = 32
+MAX_YAML_NODES = 200_000
+
+
+def read_input(path: Path | str, kind: str, *, limit: int | None = None) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` (default: the cap for ``kind``).
+
+    Raises InputError naming ``kind``, the path and the problem: missing, a directory, not a regular
+    file (FIFO, device, socket), unreadable, or larger than the cap.
+    """
+    cap = LIMITS[kind] if limit is None else limit
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise _os_error(exc, kind, path) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{kind} {path} is {describe_mode(st.st_mode)}, not a regular file")
+        if st.st_size > cap:
+            raise _too_large(kind, path, cap)
+        os.set_blocking(fd, True)
+        chunks, total = [], 0
+        while True:
+            chunk = os.read(fd, min(1 * MiB, cap + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > cap:  # grew while we read, or st_size lied (procfs-like files say 0 or 4096)
+                raise _too_large(kind, path, cap)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise _os_error(exc, kind, path) from None
+    finally:
+        os.close(fd)
+
+
+def read_text(path: Path | str, kind: str, *, limit: int | None = None) -> str:
+    """:func:`read_input` decoded as UTF-8; binary content (NUL bytes, bad UTF-8) is one line."""
+    return decode_text(read_input(path, kind, limit=limit), kind, path)
+
+
+def decode_text(raw: bytes, kind: str, path: Path | str) -> str:
+    if b"\x00" in raw:
+        raise InputError(f"{kind} {path} holds binary data (NUL bytes), not text")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{kind} {path} is not UTF-8 text (bad byte 0x{raw[exc.start]:02x} at offset "
+                         f"{exc.start})") from None
+
+
+def load_json(path: Path | str, kind: str, *, limit: int | None = None) -> Any:
+    """The JSON document in ``path``, read through :func:`read_input`, nesting bounded."""
+    return parse_json(read_text(path, kind, limit=limit), kind, path)
+
+
+def parse_json(text: str, kind: str, path: Path | str) -> Any:
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise _too_deep(kind, path, MAX_JSON_DEPTH) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{kind} {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                         f"{exc.msg})") from None
+    if _depth(data) > MAX_JSON_DEPTH:
+        raise _too_deep(kind, path, MAX_JSON_DEPTH)
+    return data
+
+
+def load_yaml(path: Path | str, kind: str, *, limit: int | None = None) -> Any:
+    """The YAML document in ``path``: no aliases, no duplicate keys, bounded nesting and size."""
+    return parse_yaml(read_text(path, kind, limit=limit), kind, path)
+
+
+def parse_yaml(text: str, kind: str, path: Path | str) -> Any:
+    """``text`` as YAML under the same rules as :func:`load_yaml` (for text read elsewhere)."""
+    try:
+        check_yaml_events(text, kind, path)
+        return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - StrictLoader is a SafeLoader
+    except yaml.MarkedYAMLError as exc:
+        raise InputError(f"{kind} {path}: {yaml_problem(exc)}") from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"{kind} {path} is not valid YAML ({' '.join(str(exc).split())[:200]})") from None
+
+
+class StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys, which PyYAML would otherwise silently collapse."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(None, None, "a mapping key must be a plain value",
+                                                        key_node.start_mark) from None
+            if duplicate:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def check_yaml_events(text: str, kind: str, path: Path | str, *, max_depth: int = MAX_YAML_DEPTH,
+                      max_nodes: int = MAX_YAML_NODES) -> None:
+    """Refuse aliases, deep nesting and huge node counts before any object is built (the event
+    parser itself is not recursive, so this is safe on hostile text)."""
+    depth = nodes = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        line = event.start_mark.line + 1 if event.start_mark else "?"
+        if isinstance(event, yaml.AliasEvent):
+            raise InputError(f"{kind} {path}: line {line}: YAML aliases (*{event.anchor}) are not allowed; "
+                             "write the value out")
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > max_depth:
+                raise InputError(f"{kind} {path}: line {line}: nested deeper than {max_depth} levels")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+        nodes += 1
+        if nodes > max_nodes:
+            raise InputError(f"{kind} {path}: more than {max_nodes} YAML nodes")
+
+
+def yaml_problem(exc: yaml.MarkedYAMLError) -> str:
+    mark = exc.problem_mark or exc.context_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+    words = [exc.context, exc.problem] if exc.context and exc.problem else [exc.problem or exc.context or "malformed"]
+    problem = " ".join(" ".join(str(w) for w in words).split())
+    return f"{where}not valid YAML ({problem})"
+
+
+def output_target(path: Path | str, what: str) -> Path | None:
+    """Check an ``-o PATH`` before anything is written: None for ``-`` (stdout), else the path.
+
+    Refuses (InputError, nothing written): an empty path; an existing target that is not a regular
+    file (device, FIFO, socket, directory) or is a symlink (the rename would replace the link, not
+    what it points at, and as root it could replace /dev/null); a directory that does not exist or
+    is not a directory.
+    """
+    text = str(path)
+    if text == "-":
+        return None
+    if not text.strip():
+        raise InputError(f"{what}: an empty output path; give a file name or - for standard output")
+    target = Path(text)
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise _os_error(exc, what, target) from None
+    if st is not None:
+        if stat.S_ISLNK(st.st_mode):
+            raise InputError(f"{what} {target} is a symbolic link; vgpu replaces only regular files "
+                             "(give the link's target, or another name)")
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{what} {target} is {describe_mode(st.st_mode)}, not a regular file; "
+                             "vgpu will not replace it (use - for standard output)")
+    parent = target.parent
+    if not parent.is_dir():
+        raise InputError(f"{what} {target}: directory {parent} does not exist" if not parent.exists()
+                         else f"{what} {target}: {parent} is not a directory")
+    return target
+
+
+def write_error(exc: OSError, what: str, path: Path | str) -> InputError:
+    """One line for an OSError while writing ``path`` (full disk, permission, read-only fs)."""
+    return _os_error(exc, what, Path(path), writing=True)
+
+
+def describe_mode(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _os_error(exc: OSError, kind: str, path: Path, *, writing: bool = False) -> InputError:
+    verb = "cannot write" if writing else "cannot read"
+    reasons = {
+        errno.ENOENT: "does not exist",
+        errno.EISDIR: "is a directory, not a regular file",
+        errno.ENOTDIR: "has a path component that is not a directory",
+        errno.EACCES: f"{verb} it: permission denied",
+        errno.EPERM: f"{verb} it: operation not permitted",
+        errno.ENOSPC: f"{verb} it: no space left on the device",
+        errno.EDQUOT: f"{verb} it: disk quota exceeded",
+        errno.EROFS: f"{verb} it: read-only file system",
+        errno.ELOOP: "is a symbolic link loop",
+        errno.ENAMETOOLONG: "has a name that is too long",
+        errno.ENXIO: "is a device or socket with nothing behind it, not a regular file",
+    }
+    reason = reasons.get(exc.errno or 0) or f"{verb} it: {exc.strerror or exc}"
+    return InputError(f"{kind} {path} {reason}")
+
+
+def _too_large(kind: str, path: Path, cap: int) -> InputError:
+    return InputError(f"{kind} {path} is larger than the limit of {_size(cap)} for a {kind}")
+
+
+def _too_deep(kind: str, path: Path | str, limit: int) -> InputError:
+    return InputError(f"{kind} {path} nests deeper than {limit} levels")
+
+
+def _size(n: int) -> str:
+    return f"{n // MiB} MiB" if n >= MiB and n % MiB == 0 else f"{n // KiB} KiB"
+
+
+def _depth(data: Any) -> int:
+    """Nesting depth of a parsed JSON value, iteratively (no recursion on hostile input)."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        value, level = stack.pop()
+        if isinstance(value, dict):
+            items = value.values()
+        elif isinstance(value, list):
+            items = value
+        else:
+            continue
+        deepest = max(deepest, level)
+        if deepest > MAX_JSON_DEPTH:
+            return deepest
+        stack.extend((v, level + 1) for v in items)
+    return deepest
