@@ -23,7 +23,7 @@ UMOCKDEV_PRELOAD := libumockdev-preload.so.0
 APT_REALKERNEL := qemu-system-x86 debootstrap
 
 
-.PHONY: test-e2e
+.PHONY: test-e2e test-hostile
 .PHONY: demo test deps-runtime deps-test deps-realkernel venv test-unit test-udev test-integration test-hip \
         test-realkernel bench clean
 
@@ -31,7 +31,7 @@ demo: deps-runtime venv
 	@tools/demo.sh "$(VENV)"
 
 test: deps-test venv
-	$(MAKE) --no-print-directory test-unit test-e2e test-udev test-hip test-integration test-realkernel
+	$(MAKE) --no-print-directory test-unit test-hostile test-e2e test-udev test-hip test-integration test-realkernel
 
 # End to end on simulated hosts: the real CLI and services, crashes, faults, races.
 test-e2e:
@@ -39,6 +39,10 @@ test-e2e:
 
 test-unit:
 	$(PYTEST) -q tests/unit
+
+# Hostile input, signals and non-root runs against the real CLI: exit code, one line, nothing outside changed.
+test-hostile:
+	$(PYTEST) -q tests/hostile
 
 # Tier 2: discovery through real libudev (pyudev) seeing simulated trees via umockdev.
 test-udev:
