@@ -15,7 +15,8 @@ aliases (billion-laughs bombs) and no duplicate keys. :func:`output_target` is t
 ``-o PATH`` goes through before anything is written: ``-`` is stdout, an existing target must be a
 regular file (never a device, FIFO, directory or symlink), its directory must exist.
 
-All failures are :class:`~vgpu.errors.InputError` (exit code 5), one line.
+All failures are :class:`InputFileError` (an :class:`~vgpu.errors.InputError`, exit code 5), one
+line; it keeps the kind, the path and the problem apart for callers with their own message format.
 """
 
 from __future__ import annotations
@@ -49,10 +50,22 @@ LIMITS: dict[str, int] = {
     "config file": 1 * MiB,
     "snapshot": 64 * MiB,
     "known_hosts": 16 * MiB,
+    "agent output": 8 * MiB,  # what one guest's agent may print (stdout of one run)
 }
 MAX_JSON_DEPTH = 64  # vgpu's own JSON documents nest at most 6 levels
 MAX_YAML_DEPTH = 32
 MAX_YAML_NODES = 200_000
+
+
+class InputFileError(InputError):
+    """An outside file that cannot be used. ``problem`` is the message without "KIND PATH";
+    ``errno`` is set when the file could not be opened or read (missing, permission, I/O), and None
+    when it was refused for what it is (not a regular file, too large, bad content)."""
+
+    def __init__(self, kind: str, path: Path | str, problem: str, *, sep: str = " ",
+                 errno: int | None = None):
+        super().__init__(f"{kind} {path}{sep}{problem}")
+        self.kind, self.path, self.problem, self.errno = kind, str(path), problem, errno
 
 
 def read_input(path: Path | str, kind: str, *, limit: int | None = None) -> bytes:
@@ -70,7 +83,7 @@ def read_input(path: Path | str, kind: str, *, limit: int | None = None) -> byte
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{kind} {path} is {describe_mode(st.st_mode)}, not a regular file")
+            raise InputFileError(kind, path, f"is {describe_mode(st.st_mode)}, not a regular file")
         if st.st_size > cap:
             raise _too_large(kind, path, cap)
         os.set_blocking(fd, True)
@@ -90,19 +103,34 @@ def read_input(path: Path | str, kind: str, *, limit: int | None = None) -> byte
         os.close(fd)
 
 
+def read_optional(path: Path | str, kind: str, *, limit: int | None = None) -> bytes | None:
+    """:func:`read_input`, but None when the file cannot be opened or read (absent, permission,
+    I/O error: a sysfs attribute a driver does not provide). A file that is not a regular file or
+    is over the cap still raises: a capture cannot make vgpu block or fill memory."""
+    try:
+        return read_input(path, kind, limit=limit)
+    except InputFileError as exc:
+        if exc.errno is None:
+            raise
+        return None
+
+
 def read_text(path: Path | str, kind: str, *, limit: int | None = None) -> str:
     """:func:`read_input` decoded as UTF-8; binary content (NUL bytes, bad UTF-8) is one line."""
     return decode_text(read_input(path, kind, limit=limit), kind, path)
 
 
-def decode_text(raw: bytes, kind: str, path: Path | str) -> str:
+def decode_text(raw: bytes, kind: str, path: Path | str, *, limit: int | None = None) -> str:
+    """``raw`` as UTF-8 text; ``limit``: refuse more bytes than that (text already in memory)."""
+    if limit is not None and len(raw) > limit:
+        raise _too_large(kind, Path(path), limit)
     if b"\x00" in raw:
-        raise InputError(f"{kind} {path} holds binary data (NUL bytes), not text")
+        raise InputFileError(kind, path, "holds binary data (NUL bytes), not text")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(f"{kind} {path} is not UTF-8 text (bad byte 0x{raw[exc.start]:02x} at offset "
-                         f"{exc.start})") from None
+        raise InputFileError(kind, path, f"is not UTF-8 text (bad byte 0x{raw[exc.start]:02x} at offset "
+                             f"{exc.start})") from None
 
 
 def load_json(path: Path | str, kind: str, *, limit: int | None = None) -> Any:
@@ -116,27 +144,27 @@ def parse_json(text: str, kind: str, path: Path | str) -> Any:
     except RecursionError:
         raise _too_deep(kind, path, MAX_JSON_DEPTH) from None
     except json.JSONDecodeError as exc:
-        raise InputError(f"{kind} {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: "
-                         f"{exc.msg})") from None
+        raise InputFileError(kind, path, f"is not valid JSON (line {exc.lineno}, column {exc.colno}: "
+                             f"{exc.msg})") from None
     if _depth(data) > MAX_JSON_DEPTH:
         raise _too_deep(kind, path, MAX_JSON_DEPTH)
     return data
 
 
-def load_yaml(path: Path | str, kind: str, *, limit: int | None = None) -> Any:
+def load_yaml(path: Path | str, kind: str, *, limit: int | None = None, max_depth: int = MAX_YAML_DEPTH) -> Any:
     """The YAML document in ``path``: no aliases, no duplicate keys, bounded nesting and size."""
-    return parse_yaml(read_text(path, kind, limit=limit), kind, path)
+    return parse_yaml(read_text(path, kind, limit=limit), kind, path, max_depth=max_depth)
 
 
-def parse_yaml(text: str, kind: str, path: Path | str) -> Any:
+def parse_yaml(text: str, kind: str, path: Path | str, *, max_depth: int = MAX_YAML_DEPTH) -> Any:
     """``text`` as YAML under the same rules as :func:`load_yaml` (for text read elsewhere)."""
     try:
-        check_yaml_events(text, kind, path)
+        check_yaml_events(text, kind, path, max_depth=max_depth)
         return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - StrictLoader is a SafeLoader
     except yaml.MarkedYAMLError as exc:
-        raise InputError(f"{kind} {path}: {yaml_problem(exc)}") from None
+        raise InputFileError(kind, path, yaml_problem(exc), sep=": ") from None
     except yaml.YAMLError as exc:
-        raise InputError(f"{kind} {path} is not valid YAML ({' '.join(str(exc).split())[:200]})") from None
+        raise InputFileError(kind, path, f"is not valid YAML ({' '.join(str(exc).split())[:200]})") from None
 
 
 class StrictLoader(yaml.SafeLoader):
@@ -165,17 +193,17 @@ def check_yaml_events(text: str, kind: str, path: Path | str, *, max_depth: int 
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         line = event.start_mark.line + 1 if event.start_mark else "?"
         if isinstance(event, yaml.AliasEvent):
-            raise InputError(f"{kind} {path}: line {line}: YAML aliases (*{event.anchor}) are not allowed; "
-                             "write the value out")
+            raise InputFileError(kind, path, f"line {line}: YAML aliases (*{event.anchor}) are not allowed; "
+                                 "write the value out", sep=": ")
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > max_depth:
-                raise InputError(f"{kind} {path}: line {line}: nested deeper than {max_depth} levels")
+                raise InputFileError(kind, path, f"line {line}: nested deeper than {max_depth} levels", sep=": ")
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1
         nodes += 1
         if nodes > max_nodes:
-            raise InputError(f"{kind} {path}: more than {max_nodes} YAML nodes")
+            raise InputFileError(kind, path, f"more than {max_nodes} YAML nodes", sep=": ")
 
 
 def yaml_problem(exc: yaml.MarkedYAMLError) -> str:
@@ -250,15 +278,16 @@ def _os_error(exc: OSError, kind: str, path: Path, *, writing: bool = False) -> 
         errno.ENXIO: "is a device or socket with nothing behind it, not a regular file",
     }
     reason = reasons.get(exc.errno or 0) or f"{verb} it: {exc.strerror or exc}"
-    return InputError(f"{kind} {path} {reason}")
+    # ENXIO (a socket or a device with nothing behind it) is refused for what the file is
+    return InputFileError(kind, path, reason, errno=None if exc.errno == errno.ENXIO else exc.errno or -1)
 
 
 def _too_large(kind: str, path: Path, cap: int) -> InputError:
-    return InputError(f"{kind} {path} is larger than the limit of {_size(cap)} for a {kind}")
+    return InputFileError(kind, path, f"is larger than the limit of {_size(cap)} for a {kind}")
 
 
 def _too_deep(kind: str, path: Path | str, limit: int) -> InputError:
-    return InputError(f"{kind} {path} nests deeper than {limit} levels")
+    return InputFileError(kind, path, f"nests deeper than {limit} levels")
 
 
 def _size(n: int) -> str:

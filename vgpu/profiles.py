@@ -26,13 +26,13 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from vgpu import inputs
 from vgpu.catalog import DEFAULT, Catalog
 from vgpu.errors import InputError
 from vgpu.model.profile import FieldError, Profile
 
-MAX_BYTES = 256 * 1024  # the largest shipped profile is under 2 KiB
+MAX_BYTES = inputs.LIMITS["profile"]  # the largest shipped profile is under 2 KiB
 MAX_NESTING = 16  # the schema nests 4 levels deep
-MAX_NODES = 20_000
 MAX_EXTENDS = 8
 SHIPPED_DIR = "shipped_profiles"
 # Replaced whole when a child sets them, never merged key by key: merging two selections or two
@@ -157,86 +157,28 @@ def _shipped_doc(name: str, requested_by: str) -> _Doc:
 
 
 def _file_doc(path: Path, label: str) -> _Doc:
+    """A profile file, read through vgpu.inputs (regular files only, size cap, no blocking)."""
     try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_BYTES + 1)
-    except FileNotFoundError:
-        raise ProfileError([f"{label}: no such file"]) from None
-    except IsADirectoryError:
-        raise ProfileError([f"{label}: is a directory, not a profile file"]) from None
-    except OSError as exc:
-        raise ProfileError([f"{label}: cannot read ({exc.strerror or exc})"]) from None
+        raw = inputs.read_input(path, "profile")
+    except inputs.InputFileError as exc:
+        raise ProfileError([f"{label}: {exc.problem}"]) from None
     return _Doc(label, f"file:{path.resolve()}", _parse(raw, label), path.parent, path.stem)
 
 
 def _parse(raw: bytes, label: str) -> dict[str, Any]:
-    """One YAML mapping from ``raw``, after the size, encoding, alias and nesting checks."""
-    if len(raw) > MAX_BYTES:
-        raise ProfileError([f"{label}: file is larger than {MAX_BYTES} bytes; a profile is a few hundred bytes"])
-    if b"\x00" in raw:
-        raise ProfileError([f"{label}: binary data (NUL bytes); a profile is YAML text"])
+    """One YAML mapping from ``raw`` under vgpu.inputs' rules: size cap, UTF-8 text, no aliases,
+    no duplicate keys, bounded nesting. Each problem is one ``FILE: problem`` line."""
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ProfileError([f"{label}: not UTF-8 text (bad byte at offset {exc.start})"]) from None
-    try:
-        _check_events(text, label)
-        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
-    except yaml.MarkedYAMLError as exc:
-        raise ProfileError([f"{label}: {_yaml_problem(exc)}"]) from None
-    except yaml.YAMLError as exc:
-        raise ProfileError([f"{label}: not valid YAML ({' '.join(str(exc).split())[:200]})"]) from None
+        data = inputs.parse_yaml(inputs.decode_text(raw, "profile", label, limit=MAX_BYTES), "profile", label,
+                                 max_depth=MAX_NESTING)
+    except inputs.InputFileError as exc:
+        raise ProfileError([f"{label}: {exc.problem}"]) from None
     if data is None:
         raise ProfileError([f"{label}: empty; a profile is a YAML mapping starting with 'version: v1'"])
     if not isinstance(data, dict):
         raise ProfileError([f"{label}: a profile is a YAML mapping (key: value lines), not a "
                             f"{type(data).__name__}"])
     return data
-
-
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys, which PyYAML would otherwise silently collapse."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                duplicate = key in seen
-                seen.add(key)
-            except TypeError:
-                raise yaml.constructor.ConstructorError(None, None, "a mapping key must be a plain value",
-                                                        key_node.start_mark) from None
-            if duplicate:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-        return super().construct_mapping(node, deep=deep)
-
-
-def _check_events(text: str, label: str) -> None:
-    """Refuse aliases and deep nesting before building objects (the parser itself is not recursive)."""
-    depth = nodes = 0
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
-        if isinstance(event, yaml.AliasEvent):
-            raise ProfileError([f"{label}: line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are "
-                                "not allowed in a profile; write the value out or use extends"])
-        if isinstance(event, yaml.CollectionStartEvent):
-            depth += 1
-            if depth > MAX_NESTING:
-                raise ProfileError([f"{label}: line {event.start_mark.line + 1}: nested deeper than "
-                                    f"{MAX_NESTING} levels"])
-        elif isinstance(event, yaml.CollectionEndEvent):
-            depth -= 1
-        nodes += 1
-        if nodes > MAX_NODES:
-            raise ProfileError([f"{label}: more than {MAX_NODES} YAML nodes; a profile has a few dozen"])
-
-
-def _yaml_problem(exc: yaml.MarkedYAMLError) -> str:
-    mark = exc.problem_mark or exc.context_mark
-    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-    words = [exc.context, exc.problem] if exc.context and exc.problem else [exc.problem or exc.context or "malformed"]
-    problem = " ".join(" ".join(str(w) for w in words).split())
-    return f"{where}not valid YAML ({problem})"
 
 
 def _resolve(doc: _Doc, chain: tuple[_Doc, ...] = ()) -> _Merged:
