@@ -1,6 +1,6 @@
 """What vgpu knows about AMD Instinct GPUs: ids, architecture, partitions, FP8, support.
 
-Every figure comes from ../shared/docs/HARDWARE.md (which names the primary sources:
+Every figure comes from docs/hardware.md (which names the primary sources:
 amd/MxGPU-Virtualization ``libgv/core/amdgv_marketing_name.c``, ``mi300_nbio.c``, GIM release
 notes, ROCm ``docs/conceptual/gpu-arch/mi300.md``, the ROCm blog "Measuring Max-Achievable
 FLOPs part 2"). A value nobody confirmed is ``None``: callers report "unknown" instead of
@@ -15,7 +15,7 @@ from enum import Enum
 AMD_VENDOR_ID = 0x1002
 
 # MI300-family functions report class 0x12xxxx (processing accelerator); older Instinct parts
-# and possibly MI350 report 0x03xxxx (display). HARDWARE.md section 1.
+# and possibly MI350 report 0x03xxxx (display). docs/hardware.md §1.
 ACCELERATOR_CLASSES = (0x12, 0x03)
 
 
@@ -160,7 +160,7 @@ class GpuModel:
 
 
 def _combos_mi300(vf_one: Support, others: Support, eight: Support) -> tuple[PartitionCombo, ...]:
-    """Valid MI300 (vf_num, compute, memory) triples from GIM ``mi300_nbio.c`` (HARDWARE.md 3)."""
+    """Valid MI300 (vf_num, compute, memory) triples from GIM ``mi300_nbio.c`` (docs/hardware.md §3)."""
     S, C, M = Support, ComputePartition, MemoryPartition
     return (
         PartitionCombo(1, C.SPX, M.NPS1, vf_one),

@@ -1,7 +1,7 @@
 """The planner: a pure function from (desired state, discovered host) to a Plan or a refusal.
 
 Nothing here touches the host. ``check`` collects every reason the profile cannot be applied
-(one sentence each, HARDWARE.md sections 3-4 and the catalog); ``make_plan`` compares the desired
+(one sentence each, docs/hardware.md §3-4 and the catalog); ``make_plan`` compares the desired
 state with the inventory and the current config files and emits only the steps that differ, so a
 host already in sync plans zero steps.
 """
@@ -23,7 +23,7 @@ GIM_CONFIG = "gim_config"
 MODPROBE_CONF = "modprobe.d/vgpu.conf"
 MODULES_LOAD = "modules-load.d/vgpu.conf"
 VFIO = "vfio-pci"
-# vf_num sets the compute partition (HARDWARE.md 3).
+# vf_num sets the compute partition (docs/hardware.md §3).
 COMPUTE_FOR_VF_NUM = {1: "SPX", 2: "DPX", 4: "QPX", 8: "CPX"}
 
 
@@ -116,7 +116,7 @@ def _bystanders(desired: Desired, inv: Inventory, catalog: Catalog) -> list[Prob
 
 
 def _vf_num_overrides(inv: Inventory) -> list[Problem]:
-    """vf_num given to gim anywhere but /etc/gim_config wins over the file (HARDWARE.md 3), so the
+    """vf_num given to gim anywhere but /etc/gim_config wins over the file (docs/hardware.md §3), so the
     reload would create the wrong number of VFs: refuse until the operator removes it."""
     problems = []
     if "vf_num" in inv.facts.modprobe_options.get("gim", {}):

@@ -1,6 +1,6 @@
 """Host readiness: pure rules over discovered facts. Each finding says what to do about it.
 
-Facts come from HARDWARE.md section 3 (kernel command line, GIM, vfio) and section 4 (IOMMU
+Facts come from docs/hardware.md §3 (kernel command line, GIM, vfio) and §4 (IOMMU
 groups). Profile-specific refusals (e.g. amdgpu bound to a GPU a profile wants for SR-IOV) live in
 the planner; here amdgpu on a PF is a warning, since a host may legitimately run bare-metal ROCm.
 """
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from vgpu.model.inventory import Finding, Gpu, HostFacts, Severity
 from vgpu.model.pci import PciAddress
 
-MIN_GIM_FOR_ROCM7 = (8, 4, 0)  # ROCm 7.0 requires GIM 8.4.0.K (HARDWARE.md 3)
+MIN_GIM_FOR_ROCM7 = (8, 4, 0)  # ROCm 7.0 requires GIM 8.4.0.K (docs/hardware.md §3)
 
 E, W, I, OK = Severity.ERROR, Severity.WARNING, Severity.INFO, Severity.OK
 

@@ -14,7 +14,7 @@ from vgpu.model.plan import InstallPersistence, Plan, ReloadGim, UnbindDevice, W
 from vgpu.persist import STATE_RECORD, UNIT_LINK, UNIT_PATH
 from vgpu.planner import GIM_CONFIG, MODPROBE_CONF, MODULES_LOAD, VFIO, Holders, disruption_for
 
-GIM_DEFAULT_VF_NUM = 1  # GIM's default when vf_num is not given (HARDWARE.md 3)
+GIM_DEFAULT_VF_NUM = 1  # GIM's default when vf_num is not given (docs/hardware.md §3)
 
 
 def make_release_plan(inv: Inventory, files: Mapping[str, str | None], holders: Holders,

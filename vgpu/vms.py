@@ -6,7 +6,7 @@ the hypervisor (libvirt, or the simulated one) what it knows. ``attach_steps`` a
 are pure: they turn the two into plan steps, warnings and refusals.
 
 vgpu attaches only to VMs that are already defined (it does not create VMs) and only while they are
-shut off: GPUs with huge BARs are cold-plugged (HARDWARE.md 5). A VM that is not defined yet, or is
+shut off: GPUs with huge BARs are cold-plugged (docs/hardware.md §5). A VM that is not defined yet, or is
 running, is named in a warning and gets its functions on a later `vgpu provision`.
 """
 

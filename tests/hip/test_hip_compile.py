@@ -1,6 +1,6 @@
 """The guest HIP source compiles for gfx942 and gfx950 with clang-22, and the ISA has what the kernels need.
 
-TESTING.md "Guest side": no ROCm here, so the device code is built with ``-nogpulib -nogpuinc``
+No ROCm here, so the device code is built with ``-nogpulib -nogpuinc``
 (clang builtins only) and disassembled with llvm-objdump-22; the host part is syntax-checked
 against a declarations-only stub header (tests/hip/stub). On a real guest hipcc builds the same
 file with hip_runtime.h (the agent's hip.compile check).

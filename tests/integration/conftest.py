@@ -1,4 +1,4 @@
-"""Real OpenSSH servers for the validation fan-out tests (TESTING.md "SSH").
+"""Real OpenSSH servers for the validation fan-out tests.
 
 ``sshd_factory`` starts ``/usr/sbin/sshd`` with its own ed25519 host key, a PidFile and
 key-only auth on 127.0.0.1 (or inside a network namespace); every server is stopped in the

@@ -1,6 +1,6 @@
 """`vgpu validate` against several "guests", each an sshd in its own network namespace.
 
-Layout (10.77.0.0/24 only, TESTING.md "SSH"): a client namespace holds a bridge (10.77.0.1)
+Layout (10.77.0.0/24 only): a client namespace holds a bridge (10.77.0.1)
 and runs vgpu; each guest namespace has one veth end on that bridge and an sshd on port 22.
 Nothing is added to the host's own network namespace, so the test cannot collide with the
 machine's routes. Namespaces and daemons are removed in the fixture's finalizer.

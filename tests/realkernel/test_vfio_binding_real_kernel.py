@@ -1,4 +1,4 @@
-"""vgpu's discovery and vfio binding against a real Linux kernel (TESTING.md tier 4).
+"""vgpu's discovery and vfio binding against a real Linux kernel (docs/testing.md, tier 4).
 
 One QEMU TCG guest per session (conftest.py) runs tools/realkernel/guest_driver.py: discovery with
 a stand-in catalog entry for QEMU's SR-IOV NVMe controller, VFs from sriov_numvfs, then

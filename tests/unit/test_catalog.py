@@ -1,4 +1,4 @@
-"""The catalog must say what HARDWARE.md says: ids, partitions, formats, support levels."""
+"""The catalog must say what docs/hardware.md says: ids, partitions, formats, support levels."""
 
 import pytest
 

@@ -1,7 +1,7 @@
 """FP8 reference math (vgpu/guest/agent/fp8ref.py) checked with ml_dtypes on the CPU.
 
 The same functions judge torch._scaled_mm on the guest (fp8_torch.py): float8_e4m3fnuz for gfx942,
-float8_e4m3fn (OCP) for gfx950 (HARDWARE.md section 8).
+float8_e4m3fn (OCP) for gfx950 (docs/hardware.md §8).
 """
 
 from __future__ import annotations

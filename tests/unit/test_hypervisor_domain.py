@@ -1,4 +1,4 @@
-"""The huge-BAR edit of a domain definition (HARDWARE.md 5), on XML alone."""
+"""The huge-BAR edit of a domain definition (docs/hardware.md §5), on XML alone."""
 
 from __future__ import annotations
 

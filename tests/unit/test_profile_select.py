@@ -96,7 +96,7 @@ def test_host_without_the_model_is_refused_with_a_census():
 
 
 def _vfs(per_gpu: int, nodes=(0, 0, 1, 1)):
-    """VFs at device 2 of each PF's bus, like the public examples (HARDWARE.md 1); PFs listed out of order."""
+    """VFs at device 2 of each PF's bus, like the public examples (docs/hardware.md §1); PFs listed out of order."""
     out = []
     for bus, node in zip((0x85, 0x05, 0xc5, 0x15), nodes):
         out += [Fn(A(f"0000:{bus:02x}:02.{i}"), node) for i in range(per_gpu)]

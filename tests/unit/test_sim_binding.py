@@ -1,4 +1,4 @@
-"""Driver binding and module rules of the simulated kernel (HARDWARE.md section 4, Linux PCI core)."""
+"""Driver binding and module rules of the simulated kernel (docs/hardware.md §4, Linux PCI core)."""
 
 from __future__ import annotations
 

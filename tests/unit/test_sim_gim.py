@@ -1,4 +1,4 @@
-"""GIM rules of the simulated kernel (HARDWARE.md section 3). Each test fails if its rule breaks."""
+"""GIM rules of the simulated kernel (docs/hardware.md §3). Each test fails if its rule breaks."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@
 The root comes from build-root.sh; the repository is shared read-only over 9p (tag ``vgpu``) and
 DIR read-write (tag ``out``); the guest runs tools/realkernel/guest-init.sh and powers off. DIR
 then holds result.json (guest_driver.py), guest.log, dmesg.txt and console.log.
-QEMU options follow ../shared/docs/TESTING.md (tier 4): q35 with kernel-irqchip=split for the
+QEMU options follow docs/testing.md (tier 4): q35 with kernel-irqchip=split for the
 IOMMU's interrupt remapping, and ``max_ioqpairs - sriov_vq_flexible >= 2`` for the NVMe PF.
 Standard library only: tests/realkernel/conftest.py imports this file.
 """

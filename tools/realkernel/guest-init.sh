@@ -4,7 +4,7 @@
 # devtmpfs, tmpfs scratch space, udevd, the vfio-pci module. It then runs guest_driver.py from the
 # repository (shared read-only over 9p at /mnt/vgpu) and powers off whatever happened: the host
 # side reads result.json and console.log from the shared out directory (/mnt/out).
-# TESTING.md (tier 4): 9p refuses sockets, so /run and /tmp are tmpfs; the init must power off.
+# docs/testing.md (tier 4): 9p refuses sockets, so /run and /tmp are tmpfs; the init must power off.
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 export PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=/mnt/vgpu
 

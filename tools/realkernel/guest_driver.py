@@ -2,7 +2,7 @@
 
 Runs INSIDE the QEMU guest (guest-init.sh starts it with the repository on PYTHONPATH over 9p).
 QEMU 7.2 emulates an SR-IOV NVMe controller (PF 1b36:0010) that stands in for an MI300 PF: the
-"not gim" case of HARDWARE.md section 3, so VFs come from ``sriov_numvfs``. Every step goes
+"not gim" case of docs/hardware.md §3, so VFs come from ``sriov_numvfs``. Every step goes
 through the production code (vgpu.host.discovery.discover, vgpu.host.binding.bind/unbind with
 vgpu.host.kernel.LinuxKernel); after each step the driver also reads the kernel's state itself
 (``observe``), so the host-side test can check vgpu's claims against the kernel, not against vgpu.
@@ -110,7 +110,7 @@ def discover_initial(run: Run) -> dict:
 
 
 def pf_roundtrip(run: Run) -> dict:
-    """Whole-function passthrough path (HARDWARE.md 4): PF from nvme to vfio-pci and back."""
+    """Whole-function passthrough path (docs/hardware.md §4): PF from nvme to vfio-pci and back."""
     previous = binding.bind(run.paths, run.kernel, run.pf, VFIO)
     bound = observe(run.paths, run.pf)
     binding.unbind(run.paths, run.kernel, run.pf, restore=previous)

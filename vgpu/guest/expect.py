@@ -12,7 +12,7 @@ from vgpu.errors import InputError
 from vgpu.guest.agent.result import EXPECT_SCHEMA
 from vgpu.guest.thresholds import thresholds_for
 
-# The GEMM AMD uses in its hipBLASLt FP8 runs (HARDWARE.md section 8).
+# The GEMM AMD uses in its hipBLASLt FP8 runs (docs/hardware.md §8).
 GEMM_SHAPE = {"m": 4096, "n": 4096, "k": 4096}
 # rocminfo and amd-smi report a little less VRAM than the catalog's nominal size (firmware and
 # driver reservations: 191.7 GiB on a real MI300X VF guest, fixture rocminfo/guest-mi300x-vf-droplet).
@@ -76,7 +76,7 @@ def _version_ok(v: str) -> bool:
 def _vram_gib(gpu: GpuModel, cpart: ComputePartition | None, mpart: MemoryPartition | None) -> float | None:
     """VRAM one partition should report, or None where nobody confirmed it.
 
-    HARDWARE.md section 2: NPS1 is one pool, NPS4 four; "a CPX partition under NPS4 sees 24 GB"
+    docs/hardware.md §2: NPS1 is one pool, NPS4 four; "a CPX partition under NPS4 sees 24 GB"
     (192 / 8), i.e. a memory partition is split among the compute partitions sharing it. What each
     compute partition reports when several share one NPS1 pool is UNVERIFIED: no expectation then.
     """

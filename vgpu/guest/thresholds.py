@@ -4,7 +4,7 @@ A threshold is AMD's reference figure for the whole GPU, scaled by the partition
 times a tolerance:
 
 - FP8 / BF16 GEMM TFLOPS: AMD's *measured max-achievable* figure (ROCm blog "Measuring
-  Max-Achievable FLOPs part 2", HARDWARE.md sections 1 and 8), never the peak, scaled by the
+  Max-Achievable FLOPs part 2", docs/hardware.md §1 and §8), never the peak, scaled by the
   partition's share of compute units (SPX 1, DPX 1/2, QPX 1/4, CPX 1/8). Default tolerance 0.7:
   a 4096^3 GEMM in a VM reaches less than AMD's tuned maximum; 0.7 still catches a partition
   that runs at half speed (throttling, wrong partition, emulated FP8).

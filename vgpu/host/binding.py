@@ -1,6 +1,6 @@
 """Driver binding the way the kernel wants it: driver_override, unbind, drivers_probe, read back.
 
-HARDWARE.md section 4 (and AMD's GPU operator): write the driver name to ``driver_override``,
+docs/hardware.md §4 (and AMD's GPU operator): write the driver name to ``driver_override``,
 unbind from the current driver, write the address to ``/sys/bus/pci/drivers_probe``, then re-read
 the ``driver`` link and fail if it is not the wanted driver; for vfio-pci ``/dev/vfio/<group>``
 must exist. Every write goes through a KernelOps, so the simulator and a real kernel run this same

@@ -1,7 +1,7 @@
 """Kernel operations behind one small interface.
 
 ``LinuxKernel`` does them on the real host; ``vgpu.sim.kernel.SimKernel`` implements the same
-Protocol on a simulated sysfs tree and behaves as HARDWARE.md sections 3-4 describe. Everything
+Protocol on a simulated sysfs tree and behaves as docs/hardware.md §3-4 describe. Everything
 that changes driver or module state goes through a ``KernelOps``; nothing else writes under /sys.
 """
 

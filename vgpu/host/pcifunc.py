@@ -21,7 +21,7 @@ IORESOURCE_PREFETCH = 0x2000
 IORESOURCE_MEM_64 = 0x100000
 _STANDARD_BARS = 6
 
-# Partition attributes: GIM's on the PF (HARDWARE.md 3) and amdgpu's (HARDWARE.md 2).
+# Partition attributes: GIM's on the PF (docs/hardware.md §3) and amdgpu's (docs/hardware.md §2).
 GIM_PARTITION_ATTRS = ("spatial_partition_mode", "memory_partition_mode")
 AMDGPU_PARTITION_ATTRS = ("current_compute_partition", "available_compute_partition",
                           "current_memory_partition", "available_memory_partition")

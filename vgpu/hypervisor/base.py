@@ -1,6 +1,6 @@
 """The hypervisor boundary: which VMs exist, which PCI functions they hold, cold-plug attach.
 
-One small Protocol (DESIGN.md principle 2); ``LibvirtHypervisor`` talks to a real libvirt and
+One small Protocol; ``LibvirtHypervisor`` talks to a real libvirt and
 ``SimHypervisor`` to libvirt's ``test:///`` driver with state kept on disk. Everything here is
 pure data.
 """
@@ -68,7 +68,7 @@ class Hypervisor(Protocol):
     def attach(self, domain: str, addresses: Sequence[PciAddress], *, numa_node: int | None,
                bar64_bytes: int) -> None:
         """Cold-plug ``addresses`` into the persistent config of a shut-off VM, with the huge-BAR
-        settings (HARDWARE.md 5). ``bar64_bytes`` is the sum of their 64-bit BARs. Raises InUseError
+        settings (docs/hardware.md §5). ``bar64_bytes`` is the sum of their 64-bit BARs. Raises InUseError
         when the VM is active or another VM holds a function, RefusedError for a non-q35 or BIOS VM."""
         ...
 

@@ -1,4 +1,4 @@
-"""Editing an existing domain definition for huge-BAR GPU assignment (HARDWARE.md 5).
+"""Editing an existing domain definition for huge-BAR GPU assignment (docs/hardware.md §5).
 
 ``DomainXml`` wraps the ElementTree of one persistent definition, keeps everything vgpu does not
 own untouched, and changes it only through the typed pieces of ``vgpu.hypervisor.xml``.
@@ -57,7 +57,7 @@ class DomainXml:
             loader.get("type") == "pflash" or any(k in (loader.text or "") for k in ("OVMF", "edk2"))))
 
     def check_huge_bar_ready(self) -> None:
-        """Refuse what no XML edit can fix safely: the machine type and the firmware (HARDWARE.md 5)."""
+        """Refuse what no XML edit can fix safely: the machine type and the firmware (docs/hardware.md §5)."""
         if "q35" not in self.machine:
             raise RefusedError(
                 f"VM {self.name} uses machine type {self.machine or 'unset'!r}; huge-BAR GPUs need q35 "
@@ -122,7 +122,7 @@ class DomainXml:
 
     def set_host_cpu(self) -> None:
         """``<cpu mode='host-passthrough'><maxphysaddr mode='passthrough'/>``: the guest sees the
-        host's physical address width, else OVMF's 64-bit window is too small (HARDWARE.md 5)."""
+        host's physical address width, else OVMF's 64-bit window is too small (docs/hardware.md §5)."""
         cpu = self.root.find("cpu")
         if cpu is None:
             cpu = ET.SubElement(self.root, "cpu")
@@ -237,7 +237,7 @@ def format_cpulist(values: set[int]) -> str:
 def attach_functions(doc: DomainXml, addresses: Sequence[PciAddress], *, numa_node: int | None,
                      bar64_bytes: int, node_cpus: Mapping[int, Sequence[int]] | None = None
                      ) -> list[PciAddress]:
-    """Apply HARDWARE.md 5 to ``doc``: hostdevs behind root ports, host CPU with the host's address
+    """Apply docs/hardware.md §5 to ``doc``: hostdevs behind root ports, host CPU with the host's address
     width, an MMIO window covering every function vgpu assigned, NUMA pinning. Returns the added
     functions ([] when all were there already: nothing is changed then)."""
     doc.check_huge_bar_ready()

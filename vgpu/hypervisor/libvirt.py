@@ -159,7 +159,7 @@ class LibvirtHypervisor:
 
     def _shut_off(self, domain: str, verb: str) -> Any:
         """The domain, if persistent and shut off. GPUs with huge BARs are cold-plugged only:
-        hot-plug fails with "BAR n: no space" (HARDWARE.md 5)."""
+        hot-plug fails with "BAR n: no space" (docs/hardware.md §5)."""
         dom = self._lookup(domain)
         if dom.isActive():
             raise InUseError(f"cannot {verb} VM {domain} while it is {state_name(dom.state()[0])}; GPUs are "

@@ -2,7 +2,7 @@
 
 The test driver keeps its state inside one connection, so each process regenerates the driver's
 node XML from files in the state dir (one domain XML per VM plus ``states.json``) and writes every
-change back atomically (TESTING.md "libvirt"). The saved domain XML is vgpu's own text: the test
+change back atomically. The saved domain XML is vgpu's own text: the test
 driver drops ``<qemu:commandline>``, which attach writes and tests read back.
 """
 

@@ -1,6 +1,6 @@
 """libvirt XML as small typed objects with one parser, one serializer and a "same device?" matcher.
 
-After virt-manager's ``virtinst/devices/hostdev.py`` (STYLE.md "XML as typed objects"): each
+After virt-manager's ``virtinst/devices/hostdev.py``: each
 piece of domain XML that vgpu writes is a frozen dataclass with ``to_element()`` and, where vgpu
 also reads it, ``from_element()``. Nothing builds XML by string formatting.
 """
@@ -76,7 +76,7 @@ class PciHostdev:
     """``<hostdev mode='subsystem' type='pci'>``: a host function assigned to the guest.
 
     ``guest_bus`` is the index of the pcie-root-port the function sits behind in the guest
-    (HARDWARE.md 5: one root port per GPU); None lets libvirt place it.
+    (docs/hardware.md §5: one root port per GPU); None lets libvirt place it.
     """
 
     source: PciAddress
@@ -144,9 +144,9 @@ FW_CFG_MMIO64 = "opt/ovmf/X-PciMmio64Mb"
 
 @dataclass(frozen=True)
 class MmioWindow:
-    """The guest's 64-bit MMIO window for huge BARs (HARDWARE.md 5).
+    """The guest's 64-bit MMIO window for huge BARs (docs/hardware.md §5).
 
-    Sized like the ESXi rule in HARDWARE.md 6: the sum of the 64-bit BARs doubled, rounded up to
+    Sized like the ESXi rule in docs/hardware.md §6: the sum of the 64-bit BARs doubled, rounded up to
     a power of two. BARs are naturally aligned, so a window exactly the size of the sum rarely
     fits them; the doubling also leaves room for the root ports' own prefetchable windows.
     """

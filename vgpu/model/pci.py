@@ -73,5 +73,5 @@ class PciAddress:
         return f"pci_{self.domain:04x}_{self.bus:02x}_{self.slot:02x}_{self.function}"
 
     def esxi_vmx_id(self) -> str:
-        """ESXi VMX ``pciPassthruN.id`` form: every field DECIMAL, "%05d:%03d:%02d.%d" (HARDWARE.md 6)."""
+        """ESXi VMX ``pciPassthruN.id`` form: every field DECIMAL, "%05d:%03d:%02d.%d" (docs/hardware.md §6)."""
         return f"{self.domain:05d}:{self.bus:03d}:{self.slot:02d}.{self.function}"

@@ -149,7 +149,7 @@ class InstallPersistence(Step):
 @dataclass(frozen=True)
 class AttachFunctions(Step):
     """Cold-plug functions into a shut-off VM's saved libvirt configuration, with the huge-BAR
-    settings (HARDWARE.md 5; docs/hypervisor.md). The VM sees them at its next start."""
+    settings (docs/hardware.md §5; docs/hypervisor.md). The VM sees them at its next start."""
 
     kind = "attach-functions"
     vm: str

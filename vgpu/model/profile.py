@@ -2,7 +2,7 @@
 
 Pure pydantic v2 models, no I/O. ``vgpu.profiles.load_profile()`` reads YAML, resolves
 ``extends`` and validates through :class:`Profile`; nothing after it sees a raw dict.
-Every rule below comes from ../shared/docs/HARDWARE.md (sections 2-4, 6, 7) through
+Every rule below comes from docs/hardware.md (§2-4, §6, §7) through
 ``vgpu.catalog``: which VF counts GIM accepts, which (vf_num, compute, memory) triples it takes
 without silently falling back, and AMD's support level for each mode. The operator's reference
 is docs/profiles.md. Validators raise :class:`FieldError` so a problem found by a cross-field
@@ -54,7 +54,7 @@ VmName = Annotated[StrictStr, AfterValidator(lambda v: safe_name(v, "VM name")),
 
 
 class NumaPolicy(str, Enum):
-    """How VM assignment treats NUMA nodes (OpenStack Nova's PCI NUMA policies, ANCHORS.md)."""
+    """How VM assignment treats NUMA nodes (OpenStack Nova's PCI NUMA policies)."""
 
     REQUIRED = "required"  # every function of a VM on one NUMA node, or refuse
     PREFERRED = "preferred"  # fill VMs node by node; mix nodes only for what is left over
@@ -62,7 +62,7 @@ class NumaPolicy(str, Enum):
 
 
 class GuestOs(str, Enum):
-    """Guests ROCm 7.0 supports (HARDWARE.md 7)."""
+    """Guests ROCm 7.0 supports (docs/hardware.md §7)."""
 
     UBUNTU_2404 = "ubuntu-24.04"
     UBUNTU_2204 = "ubuntu-22.04"
@@ -176,7 +176,7 @@ class GpuSpec(_Strict):
 
 
 def _check_passthrough(spec: GpuSpec) -> None:
-    # HARDWARE.md 4: in passthrough the PF goes to vfio-pci and gim is not loaded, so nothing on the
+    # docs/hardware.md §4: in passthrough the PF goes to vfio-pci and gim is not loaded, so nothing on the
     # host sets VFs or partitions; the guest sets partitions itself with amd-smi.
     for key in ("vfs_per_gpu", "compute_partition", "memory_partition"):
         if getattr(spec, key) is not None:
@@ -185,7 +185,7 @@ def _check_passthrough(spec: GpuSpec) -> None:
 
 
 def _sriov_defaults(spec: GpuSpec, model: GpuModel) -> dict[str, Any]:
-    """The VF count and partitions after defaults; raises FieldError for what GIM refuses (HARDWARE.md 3)."""
+    """The VF count and partitions after defaults; raises FieldError for what GIM refuses (docs/hardware.md §3)."""
     vfs = 1 if spec.vfs_per_gpu is None else spec.vfs_per_gpu  # GIM's vf_num defaults to 1
     allowed = ", ".join(str(n) for n in sorted(model.gim_vf_counts)) or "none: no SR-IOV"
     if vfs not in model.gim_vf_counts:
@@ -260,13 +260,13 @@ def _version(pattern: str, example: str, what: str) -> Any:
     return Annotated[str, PlainValidator(check), WithJsonSchema({"type": "string", "pattern": f"^{pattern}$"})]
 
 
-# ROCm 7.0 and the amdgpu driver 30.10.x it was released with (30.10.1 with ROCm 7.0.1), HARDWARE.md 7.
+# ROCm 7.0 and the amdgpu driver 30.10.x it was released with (30.10.1 with ROCm 7.0.1), docs/hardware.md §7.
 RocmVersion = _version(r"7\.0(\.([0-9]{1,3}|x))?", "7.0", "ROCm")
 DriverVersion = _version(r"30\.10(\.([0-9]{1,3}|x))?", "30.10.x", "amdgpu driver")
 
 
 class GuestSpec(_Strict):
-    """The guest stack: OS, ROCm user space and the decoupled amdgpu driver (HARDWARE.md 7)."""
+    """The guest stack: OS, ROCm user space and the decoupled amdgpu driver (docs/hardware.md §7)."""
 
     os: GuestOs = GuestOs.UBUNTU_2404
     rocm: RocmVersion = "7.0"
@@ -363,7 +363,7 @@ class Profile(_Strict):
 def _check_hypervisor(profile: Profile) -> None:
     model, mode, hyp = profile.gpu.catalog_model, profile.gpu.mode, profile.hypervisor
     if hyp is Hypervisor.ESXI and mode is not Mode.PASSTHROUGH:
-        # HARDWARE.md 6: GIM is Linux-only; on ESXi a GPU is assigned whole (DirectPath I/O).
+        # docs/hardware.md §6: GIM is Linux-only; on ESXi a GPU is assigned whole (DirectPath I/O).
         raise FieldError("hypervisor", "esxi takes GPUs only whole (gpu.mode: passthrough); GIM SR-IOV is "
                          "Linux/KVM only")
     support = model.mode_support(mode, hyp)

@@ -85,7 +85,7 @@ def check_split(profile: Profile) -> None:
 
 
 def warnings(profile: Profile) -> list[str]:
-    """Operator warnings from the support levels of the profile's combination and mode (HARDWARE.md 3-4)."""
+    """Operator warnings from the support levels of the profile's combination and mode (docs/hardware.md §3-4)."""
     out: list[str] = []
     model, gpu, combo = profile.gpu.catalog_model, profile.gpu, profile.combo
     if combo is not None:

@@ -1,4 +1,4 @@
-"""AMD's GIM host driver as HARDWARE.md section 3 describes it (sources: amd/MxGPU-Virtualization
+"""AMD's GIM host driver as docs/hardware.md §3 describes it (sources: amd/MxGPU-Virtualization
 ``gim_shim/gim_config.c``, ``gim_drv.c``, ``libgv/core/hw/AI/mi300/mi300_nbio.c``):
 
 - vf_num is one value per GPU in probe (address) order; as ``gim_handle_array_token`` and
@@ -6,7 +6,7 @@
   (``vf_num=8`` means 8 everywhere); a value outside 1..31 becomes the default, 1;
 - module parameters override /etc/gim_config; the config may hold vf_num and the two partition
   modes, which are single values for the whole hive (module parameters cannot set them); any
-  other key makes GIM truncate the file and use defaults (HARDWARE.md 3);
+  other key makes GIM truncate the file and use defaults (docs/hardware.md §3);
 - VFs are enabled at probe from vf_num; a count outside the model's allowed set or above
   TotalVFs leaves the PF without VFs and logs why;
 - vf_num sets the compute partition (1 SPX, 2 DPX, 4 QPX, 8 CPX); an invalid (vf_num, compute,
@@ -107,7 +107,7 @@ def probe(ctx: Ctx, pf: Function) -> None:
         _set_modes(pf, 1, "SPX", "NPS1")
         return
     if vf_num > pf.sriov.total_vfs:
-        # the message a user of 8.4.0.K reported (HARDWARE.md 3)
+        # the message a user of 8.4.0.K reported (docs/hardware.md §3)
         gim_log(ctx, pf, "amdgv_gpuiov_set_vf_num:417",
                 f"VF number {vf_num} to be enabled exceeds the vf limit {pf.sriov.total_vfs}", "error")
         _set_modes(pf, 1, "SPX", "NPS1")
@@ -115,7 +115,7 @@ def probe(ctx: Ctx, pf: Function) -> None:
     needed = _min_gim(model, vf_num)
     version = ctx.state.module_versions.get("gim", "")
     if needed and _version(version) < _version(needed):
-        # release notes: MI350X/MI355X 1 VF from GIM 8.5, 2 and 8 VFs from 9.1 (HARDWARE.md 3)
+        # release notes: MI350X/MI355X 1 VF from GIM 8.5, 2 and 8 VFs from 9.1 (docs/hardware.md §3)
         gim_log(ctx, pf, "amdgv_gpuiov_set_vf_num:409",
                 f"VF number {vf_num} is not supported on {model.name} by GIM {version} (needs {needed})",
                 "error")

@@ -42,7 +42,7 @@ class Ctx:
 
 def gim_log(ctx: Ctx, f: Function, func: str, msg: str, level: str = "info") -> None:
     """GIM's dmesg format: ``gim <level> libgv: [dom:bus:dev:fn][func:line] msg``
-    (shared/fixtures/system/dmesg-gim-*.txt); function names and lines are simulated."""
+    (tests/fixtures/system/dmesg-gim-*.txt); function names and lines are simulated."""
     p = f.pci
     ctx.log(f"gim {level} libgv: [{p.domain:x}:{p.bus:x}:{p.slot:x}:{p.function:x}][{func}] {msg}")
 

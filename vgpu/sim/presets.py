@@ -1,13 +1,13 @@
 """Defaults per ``kind`` of function: ids, class, driver, BARs, link, SR-IOV layout.
 
-Real ids: MI-series ids from the catalog (HARDWARE.md 1); MI300-class PFs report class
+Real ids: MI-series ids from the catalog (docs/hardware.md §1); MI300-class PFs report class
 0x120000 (processing accelerator); a VF sits at PF routing id + 16 as in the public
-PF 85:00.0 / VF 85:02.0 example (HARDWARE.md 1), stride 1. Mellanox ConnectX-7 15b3:1021 (VF
+PF 85:00.0 / VF 85:02.0 example (docs/hardware.md §1), stride 1. Mellanox ConnectX-7 15b3:1021 (VF
 15b3:101e), Samsung PM173x NVMe 144d:a824, ASPEED AST2600 VGA 1a03:2000, AMD Genoa root port
 1022:14ab / root complex 1022:14a4 / IOMMU 1022:149e, Broadcom PEX89000 switch 1000:c030.
 
 SIMULATED, not measured: BAR sizes. A PF's VRAM BAR is the next power of two above its HBM
-(MI300X: 256 GiB; HARDWARE.md 1 says similar GPUs expose 256 GiB), each VF's VRAM aperture is
+(MI300X: 256 GiB; docs/hardware.md §1 says similar GPUs expose 256 GiB), each VF's VRAM aperture is
 1/8 of that; doorbell 2 MiB and register 1 MiB BARs are plausible guesses.
 """
 

@@ -152,7 +152,7 @@ class Tree:
 
     @staticmethod
     def _partition_attrs(f: Function, d: Path) -> None:
-        """GIM-bound PFs show GIM's partition files, amdgpu-bound ones amdgpu's (HARDWARE.md 2-3)."""
+        """GIM-bound PFs show GIM's partition files, amdgpu-bound ones amdgpu's (docs/hardware.md §2-3)."""
         gim = f.driver == "gim" and f.compute_partition is not None
         amdgpu = f.driver == "amdgpu" and f.compute_partition is not None
         stale = (() if gim else GIM_ATTRS) + (() if amdgpu else AMDGPU_ATTRS)

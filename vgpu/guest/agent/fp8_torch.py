@@ -1,4 +1,4 @@
-"""FP8 GEMM through PyTorch's ``torch._scaled_mm`` (HARDWARE.md section 8), run by the guest's python.
+"""FP8 GEMM through PyTorch's ``torch._scaled_mm`` (docs/hardware.md §8), run by the guest's python.
 
 The agent starts this module as a separate process (``python -m vgpu.guest.agent.fp8_torch``
 with the agent archive on PYTHONPATH) so that a missing or broken torch never touches the agent.

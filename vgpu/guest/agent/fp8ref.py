@@ -7,7 +7,7 @@ with ml_dtypes' float8_e4m3fnuz / float8_e4m3fn on the CPU. Casting is passed in
 spells it ``astype`` and torch ``to``.
 
 Why clip: casting an out-of-range value to these FP8 types gives NaN, not saturation
-(TESTING.md "Guest side"), so values are clipped to the format's largest finite value first.
+(ml_dtypes casts), so values are clipped to the format's largest finite value first.
 Standard library only, Python >= 3.8.
 """
 

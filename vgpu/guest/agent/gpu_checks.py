@@ -1,6 +1,6 @@
-"""What ROCm sees: rocminfo GPU agents and amd-smi static information (HARDWARE.md section 7).
+"""What ROCm sees: rocminfo GPU agents and amd-smi static information (docs/hardware.md §7).
 
-The expected compute units and VRAM are those of the profile's partition (HARDWARE.md section 2),
+The expected compute units and VRAM are those of the profile's partition (docs/hardware.md §2),
 computed on the host into the expectation. Standard library only, Python >= 3.8.
 """
 

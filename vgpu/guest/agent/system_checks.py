@@ -1,4 +1,4 @@
-"""Checks of the guest's PCI function, kernel driver and ROCm install (HARDWARE.md section 7).
+"""Checks of the guest's PCI function, kernel driver and ROCm install (docs/hardware.md §7).
 
 All reads go through the agent root (``Guest.path``), all tools through ``Guest.run``.
 Standard library only, Python >= 3.8.
@@ -81,7 +81,7 @@ def check_amdgpu(ctx: Context) -> List[CheckResult]:
 
 
 def check_dkms(ctx: Context) -> List[CheckResult]:
-    """amdgpu-dkms is installed for the running kernel (``dkms status``, HARDWARE.md section 7)."""
+    """amdgpu-dkms is installed for the running kernel (``dkms status``, docs/hardware.md §7)."""
     from .parsers.common import ParseError
     from .parsers.dkms import find_module, parse_dkms_status
 

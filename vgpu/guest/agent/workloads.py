@@ -1,6 +1,6 @@
 """Workloads on the guest GPU: the shipped HIP program, hipBLASLt FP8 GEMM, torch._scaled_mm FP8.
 
-HARDWARE.md section 8: FP8 is FNUZ on gfx942 (hipBLASLt ``f8_fnuz_r``, torch float8_e4m3fnuz) and
+docs/hardware.md §8: FP8 is FNUZ on gfx942 (hipBLASLt ``f8_fnuz_r``, torch float8_e4m3fnuz) and
 OCP on gfx950 (``f8_r``, float8_e4m3fn); the format comes from the expectation, the gfx target
 from rocminfo. Thresholds come from the expectation (vgpu/guest/thresholds.py).
 Standard library only, Python >= 3.8.
@@ -95,7 +95,7 @@ def _fp8_mfma(ctx: Context, item: Any) -> CheckResult:
 
 
 def hipblaslt_argv(ctx: Context, size: int, verify: bool) -> List[str]:
-    """hipblaslt-bench as AMD runs it for FP8 (HARDWARE.md section 8), types per arch."""
+    """hipblaslt-bench as AMD runs it for FP8 (docs/hardware.md §8), types per arch."""
     t = ctx.expect["fp8"]["hipblaslt_type"]
     argv = ["hipblaslt-bench", "-m", str(size), "-n", str(size), "-k", str(size), "--transA", "N", "--transB", "N",
             "--a_type", t, "--b_type", t, "--c_type", "bf16_r", "--d_type", "bf16_r", "--compute_type", "f32_r",

@@ -5,7 +5,7 @@
 - ``root/``: the guest's /sys (PCI functions with vendor, device, class, driver links; loaded
   modules), /proc/sys/kernel/osrelease, /opt/rocm/.info/version, /etc/hostname;
 - ``bin/``: stand-in tools (rocminfo, amd-smi, hipcc, hipblaslt-bench, dkms, lspci) replaying the
-  scenario's files (vgpu/sim/guests/replay/<scenario>/, real captures from ../shared/fixtures with
+  scenario's files (vgpu/sim/guests/replay/<scenario>/, real captures from tests/fixtures with
   their provenance line, or ``replay_dir``), a stand-in python for the torch FP8 path, and python3;
 - ``calls.jsonl``: every stand-in call, for tests.
 

@@ -5,7 +5,7 @@
 //
 // The same file also compiles as device code only, without ROCm headers, with
 //     clang++-22 -x hip --offload-arch=gfx942 -nogpulib -nogpuinc --cuda-device-only ...
-// (TESTING.md "Guest side"): the kernels therefore use clang's amdgcn builtins for work-item ids
+// (no ROCm headers or runtime where the tests build it): the kernels use clang's amdgcn builtins for work-item ids
 // and FP8, and the host part is guarded by VGPU_HAVE_RUNTIME (set when hip_runtime.h exists).
 
 #if !defined(VGPU_DEVICE_ONLY) && defined(__has_include)
@@ -22,7 +22,7 @@
 
 // FP8 conversion and FP8 MFMA exist on gfx942 (MI300X/MI325X) and gfx950 (MI350X/MI355X) only;
 // older targets (gfx90a, gfx908) build the same program with an empty FP8 kernel, and the host
-// reports the FP8 test as skipped there (HARDWARE.md section 1: no FP8 in hardware).
+// reports the FP8 test as skipped there (docs/hardware.md §1: no FP8 in hardware).
 #if defined(__gfx942__) || defined(__gfx950__)
 #define VGPU_DEVICE_FP8 1
 #endif
@@ -48,7 +48,7 @@ extern "C" __global__ void vgpu_copy(const v4f* in, v4f* out, u64 n) {
 }
 
 // One wavefront (64 lanes) quantizes 16x32 A and 32x16 B float tiles to the arch's FP8 format
-// (FNUZ on gfx942, OCP on gfx950: the same instructions, HARDWARE.md section 8) and multiplies them
+// (FNUZ on gfx942, OCP on gfx950: the same instructions, docs/hardware.md §8) and multiplies them
 // with one MFMA 16x16x32. Lane l supplies 8 consecutive k values: a[l*8 .. l*8+7] and
 // b[l*8 .. l*8+7]; the host fills every row of A and every column of B alike, so the result does
 // not depend on how lanes map to rows and columns: every output is the same dot product.

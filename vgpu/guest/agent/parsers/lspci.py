@@ -4,7 +4,7 @@ leading spaces, "# ..." comments a publisher appended), and the DevSta/LnkSta li
 ``lspci -vvv``. Standard library only, Python 3.8.
 
 Model names in lspci come from the pci.ids database, which often does not know new functions
-("Device [1002:74b5]"): use the ids, never the names (HARDWARE.md section 1).
+("Device [1002:74b5]"): use the ids, never the names (docs/hardware.md §1).
 """
 
 from __future__ import annotations
