@@ -109,3 +109,12 @@ def test_every_upper_case_md_mentioned_exists():
     present = {Path(name).name for name in TEXTS} | {"README.md"}
     missing = {f"{name}: {m}" for name, text in TEXTS.items() for m in UPPER_MD.findall(text) if m not in present}
     assert not missing, "mentioned but not in the repository:\n" + "\n".join(sorted(missing))
+
+
+def test_license_is_an_spdx_expression():
+    """setuptools >= 77 deprecates `license = {text = ...}` and warns on every install; the SPDX string needs 77."""
+    import tomllib
+
+    meta = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    assert meta["project"]["license"] == "Apache-2.0"
+    assert "setuptools>=77" in meta["build-system"]["requires"]
