@@ -67,7 +67,7 @@ def test_env_python_and_skip_workloads_are_carried(tmp_path):
     ("version: v1\nguests: [{host: h, env: {'A B': x}}]", r"'A B' is not an environment variable name"),
     ("version: v1\nguests: [{host: h, profile: p, expect: {model: MI300X}}]", r"either a profile or an expect"),
     ("version: v1\nguests: [{host: h, identity: nope}]", r"identity file .*nope does not exist"),
-    ("version: v1\nguests: [{host: h\n", r"is not valid YAML at line"),
+    ("version: v1\nguests: [{host: h\n", r"line \d+, column \d+: not valid YAML"),
     ("- just\n- a list", r"top level: Input should be a valid dictionary"),
 ])
 def test_bad_guests_file_is_one_input_error_naming_the_field(tmp_path, text, message):

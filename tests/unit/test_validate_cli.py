@@ -47,7 +47,7 @@ def test_simulate_with_a_failing_scenario_exits_one_and_names_the_failed_checks(
     (["--simulate", "--scenario", "melted"], "unknown scenario 'melted'"),
     (["--simulate", "--replay-dir", "/nonexistent"], "is not a directory"),
     ([], "give exactly one of --guests FILE or --inventory FILE"),
-    (["--guests", "/nonexistent.yaml"], "cannot read /nonexistent.yaml"),
+    (["--guests", "/nonexistent.yaml"], "guests file /nonexistent.yaml does not exist"),
     (["--simulate", "--profile", "no-such-profile"], "no-such-profile"),
 ])
 def test_bad_validate_input_is_exit_code_five(tmp_path, args, message):

@@ -103,11 +103,10 @@ def _remote(guests, inventory, limit, profile, known_hosts, accept_new, identity
 def _read_targets(guests: Path | None, inventory: Path | None, limit: str | None):
     from vgpu.guest.targets import parse_ansible_inventory, parse_guests_file
 
+    from vgpu.inputs import read_text
+
     path = guests or inventory
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    text = read_text(path, "guests file" if guests else "inventory")
     base = path.resolve().parent
     if guests:
         return parse_guests_file(text, source=str(path), base_dir=base)

@@ -1,7 +1,10 @@
 """Which guests to validate: a vgpu guests file (YAML, ``version: v1``) or an Ansible inventory.
 
-Pure parsing (the caller reads the file): every malformed input ends in one ``InputError`` that
-names the file and the field. Ansible inventories are parsed here rather than through ansible,
+Pure parsing (the caller reads the file through vgpu.inputs): every malformed input ends in one
+``InputError`` that names the file and the field. YAML goes through the strict loader of
+vgpu.inputs (no aliases, no duplicate keys, bounded nesting); host ranges are counted before they
+are expanded, and one inventory names at most MAX_INVENTORY_HOSTS hosts and MAX_INVENTORY_GROUPS
+groups (docs/security.md). Ansible inventories are parsed here rather than through ansible,
 so validation needs no ansible install; only the variables listed in docs/validate.md are read
 (ansible_host, ansible_port, ansible_user, ansible_ssh_private_key_file,
 ansible_python_interpreter, vgpu_*); templated (``{{ }}``) values are refused, not guessed.
@@ -15,14 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from vgpu import inputs
 from vgpu.errors import InputError
 from vgpu.guest.transport import Endpoint
 
 GUESTS_FILE_VERSION = "v1"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}$")
+MAX_INVENTORY_HOSTS = 4096  # host names one inventory may produce, ranges expanded
+MAX_INVENTORY_GROUPS = 1024
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,7 @@ class _GuestsFile(BaseModel):
 
 def parse_guests_file(text: str, *, source: str, base_dir: Path) -> list[Target]:
     """Targets from a guests file. Relative identity paths are relative to ``base_dir``."""
-    data = _load_yaml(text, source)
+    data = inputs.parse_yaml(text, "guests file", source)
     try:
         spec = _GuestsFile.model_validate(data)
     except ValidationError as exc:
@@ -122,15 +127,6 @@ def parse_guests_file(text: str, *, source: str, base_dir: Path) -> list[Target]
             env=merged["env"] or {}, python=merged["python"], skip=bool(merged["skip_workloads"]),
             source=source, base_dir=base_dir))
     return _unique(targets, source)
-
-
-def _load_yaml(text: str, source: str) -> Any:
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark else ""
-        raise InputError(f"{source} is not valid YAML{at}: {getattr(exc, 'problem', exc)}") from None
 
 
 def _target(*, name: str, host: str, port: int | None, user: str | None, identity: str | None,
@@ -181,7 +177,11 @@ def parse_ansible_inventory(text: str, *, source: str, base_dir: Path,
     """Targets from an Ansible inventory in INI or YAML form; ``limit``: comma-separated groups/hosts."""
     first = next((ln.strip() for ln in text.splitlines() if ln.strip() and ln.strip()[0] not in "#;"), "")
     looks_yaml = first.startswith("---") or re.fullmatch(r"[\w.-]+:\s*(#.*)?", first)
-    groups = _yaml_groups(text, source) if looks_yaml else _ini_groups(text, source)
+    hosts = _HostBudget(source)
+    groups = _yaml_groups(text, source, hosts) if looks_yaml else _ini_groups(text, source, hosts)
+    if len(groups) > MAX_INVENTORY_GROUPS + 2:  # + all and ungrouped
+        raise InputError(f"inventory {source} has {len(groups) - 2} groups; the limit is {MAX_INVENTORY_GROUPS} "
+                         "groups per inventory")
     hostvars = _resolve(groups)
     names = _select(groups, hostvars, limit, source)
     if not names:
@@ -189,7 +189,7 @@ def parse_ansible_inventory(text: str, *, source: str, base_dir: Path,
     return _unique([_from_hostvars(n, hostvars[n], source, base_dir) for n in names], source)
 
 
-def _ini_groups(text: str, source: str) -> dict[str, _Group]:
+def _ini_groups(text: str, source: str, hosts: "_HostBudget") -> dict[str, _Group]:
     groups: dict[str, _Group] = {"all": _Group({}, {}, []), "ungrouped": _Group({}, {}, [])}
     section, kind = "ungrouped", "hosts"
     for lineno, raw in enumerate(text.splitlines(), 1):
@@ -227,7 +227,7 @@ def _ini_groups(text: str, source: str) -> dict[str, _Group]:
             if m:
                 words[0] = m.group(1)
                 hvars.setdefault("ansible_port", int(m.group(2)))
-            for host in _expand(words[0], source, lineno):
+            for host in hosts.expand(words[0], lineno):
                 group.hosts.setdefault(host, {}).update(hvars)
     return groups
 
@@ -238,29 +238,71 @@ def _ini_value(v: str) -> Any:
     return {"true": True, "false": False, "yes": True, "no": False}.get(v.lower(), v)
 
 
-def _expand(pattern: str, source: str, lineno: int) -> list[str]:
-    """Ansible host ranges: ``vm[01:03]``, ``vm[a:c]``, ``vm[0:10:2]``."""
-    m = re.search(r"\[([0-9a-z]+):([0-9a-z]+)(?::(\d+))?\]", pattern)
-    if not m:
-        return [pattern]
-    lo, hi, step = m.group(1), m.group(2), int(m.group(3) or 1)
-    if lo.isdigit() and hi.isdigit():
-        width = len(lo) if lo.startswith("0") else 0
-        items = [str(i).zfill(width) for i in range(int(lo), int(hi) + 1, step)]
-    elif len(lo) == len(hi) == 1 and lo.isalpha() and hi.isalpha():
-        items = [chr(c) for c in range(ord(lo), ord(hi) + 1, step)]
-    else:
-        raise InputError(f"inventory {source} line {lineno}: bad host range {m.group(0)!r}")
-    if not items:
-        raise InputError(f"inventory {source} line {lineno}: empty host range {m.group(0)!r}")
-    out = []
-    for item in items:
-        out += _expand(pattern[:m.start()] + item + pattern[m.end():], source, lineno)
-    return out
+_RANGE = re.compile(r"\[([0-9a-z]+):([0-9a-z]+)(?::(\d+))?\]")
 
 
-def _yaml_groups(text: str, source: str) -> dict[str, _Group]:
-    data = _load_yaml(text, source)
+class _HostBudget:
+    """Expands Ansible host ranges (``vm[01:03]``, ``vm[a:c]``, ``vm[0:10:2]``) within one
+    inventory's cap: each pattern is counted (its ranges multiply) before anything is expanded."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.used = 0
+
+    def expand(self, pattern: str, lineno: int) -> list[str]:
+        count = 1
+        for m in _RANGE.finditer(pattern):
+            count *= len(self._items(m, lineno))
+            if self.used + count > MAX_INVENTORY_HOSTS:
+                where = f" line {lineno}" if lineno else ""
+                shown = pattern if len(pattern) <= 80 else pattern[:77] + "..."
+                raise InputError(f"inventory {self.source}{where}: host pattern {shown!r} names more hosts "
+                                 f"than the limit of {MAX_INVENTORY_HOSTS} hosts per inventory")
+        return self._expand(pattern, lineno)
+
+    def _expand(self, pattern: str, lineno: int) -> list[str]:
+        m = _RANGE.search(pattern)
+        if not m:
+            self.used += 1
+            if self.used > MAX_INVENTORY_HOSTS:  # a range that only formed after another expanded
+                raise InputError(f"inventory {self.source}: more than {MAX_INVENTORY_HOSTS} hosts; "
+                                 "that is the limit per inventory")
+            return [pattern]
+        out = []
+        for item in self._items(m, lineno):
+            out += self._expand(pattern[:m.start()] + item + pattern[m.end():], lineno)
+        return out
+
+    def _items(self, m: re.Match, lineno: int) -> range | list[str]:
+        """The range's items, lazily for numbers (len() is arithmetic, nothing is built)."""
+        lo, hi, step = m.group(1), m.group(2), int(m.group(3) or 1)
+        where = f" line {lineno}" if lineno else ""
+        items: Any = None
+        if step > 0 and lo.isdigit() and hi.isdigit() and len(lo) <= 18 and len(hi) <= 18:
+            width = len(lo) if lo.startswith("0") else 0
+            items = _Numbered(range(int(lo), int(hi) + 1, step), width)
+        elif step > 0 and len(lo) == len(hi) == 1 and lo.isalpha() and hi.isalpha():
+            items = [chr(c) for c in range(ord(lo), ord(hi) + 1, step)]
+        if items is None:
+            raise InputError(f"inventory {self.source}{where}: bad host range {m.group(0)[:60]!r}")
+        if not len(items):
+            raise InputError(f"inventory {self.source}{where}: empty host range {m.group(0)!r}")
+        return items
+
+
+class _Numbered:
+    def __init__(self, numbers: range, width: int):
+        self.numbers, self.width = numbers, width
+
+    def __len__(self) -> int:
+        return len(self.numbers)
+
+    def __iter__(self):  # noqa: ANN204
+        return (str(i).zfill(self.width) for i in self.numbers)
+
+
+def _yaml_groups(text: str, source: str, hosts: _HostBudget) -> dict[str, _Group]:
+    data = inputs.parse_yaml(text, "inventory", source)
     if not isinstance(data, dict):
         raise InputError(f"inventory {source}: expected a mapping of groups at the top level")
     groups: dict[str, _Group] = {"all": _Group({}, {}, []), "ungrouped": _Group({}, {}, [])}
@@ -273,7 +315,7 @@ def _yaml_groups(text: str, source: str) -> dict[str, _Group]:
         for host, hv in (body.get("hosts") or {}).items():
             if hv is not None and not isinstance(hv, dict):
                 raise InputError(f"inventory {source}: {path}.hosts.{host}: host variables must be a mapping")
-            for h in _expand(str(host), source, 0):
+            for h in hosts.expand(str(host), 0):
                 group.hosts.setdefault(h, {}).update(hv or {})
         group.vars.update(body.get("vars") or {})
         for child, cbody in (body.get("children") or {}).items():
@@ -293,9 +335,13 @@ def _resolve(groups: dict[str, _Group]) -> dict[str, dict[str, Any]]:
         for child in g.children:
             parents.setdefault(child, set()).add(name)
     for _ in range(len(groups)):  # longest path from all; bounded, so cycles cannot loop forever
+        changed = False
         for name in groups:
             d = max((depth.get(p, 0) + 1 for p in parents.get(name, ())), default=1 if name != "all" else 0)
+            changed |= depth.get(name) != d
             depth[name] = d
+        if not changed:
+            break
     membership: dict[str, set[str]] = {}
     for name, g in groups.items():
         for host in g.hosts:

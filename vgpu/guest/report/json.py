@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
 from vgpu.errors import InputError
+from vgpu.inputs import InputFileError, load_json
 from vgpu.guest.report.model import ValidationReport
 
 
@@ -20,14 +22,10 @@ def load(path: Path) -> ValidationReport:
     if path.is_dir():
         path = path / JSON_NAME
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"no validation report at {path}",
-                         hint="pass a report JSON or a --report-dir") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {path}: {exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path} is not JSON (line {exc.lineno}: {exc.msg})") from None
-    return ValidationReport.from_dict(data, source=str(path))
+        data = load_json(path, "report")
+    except InputFileError as exc:
+        if exc.errno == errno.ENOENT:
+            raise InputError(f"no validation report at {path}",
+                             hint="pass a report JSON or a --report-dir") from None
+        raise
+    return ValidationReport.from_dict(data, source=f"report {path}")

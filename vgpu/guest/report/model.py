@@ -133,12 +133,78 @@ class ValidationReport:
             got = data.get("schema") if isinstance(data, dict) else type(data).__name__
             raise InputError(f"{source} is not a vgpu validation report (schema {got!r}, "
                              f"expected {REPORT_SCHEMA!r})")
+        problems = report_problems(data)
+        if problems:
+            more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+            raise InputError(f"{source} is a malformed validation report: {'; '.join(problems[:5])}{more}")
         try:
             guests = [_guest_from_dict(g) for g in data["guests"]]
             return cls(generated=str(data["generated"]), vgpu_version=str(data["vgpu_version"]),
                        guests=guests)
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError(f"{source} is a malformed validation report: {_describe(exc)}") from exc
+
+
+_TEXT, _NUMBER, _OBJECT, _LIST = "string", "number", "object", "array"
+# field -> (allowed JSON types, required). null is allowed wherever the field is not required.
+_TOP = {"generated": ({_TEXT}, True), "vgpu_version": ({_TEXT}, True), "guests": ({_LIST}, True)}
+_GUEST = {"name": ({_TEXT}, True), "address": ({_TEXT}, True), "outcome": ({_TEXT}, True),
+          "detail": ({_TEXT}, False), "seconds": ({_NUMBER}, False), "expectation": ({_OBJECT}, False),
+          "agent": ({_OBJECT}, False), "checks": ({_LIST}, False)}
+_AGENT = {"hostname": ({_TEXT}, True), "agent_version": ({_TEXT}, True), "started": ({_TEXT}, True),
+          "seconds": ({_NUMBER}, True)}
+_EXPECTATION = {"model": ({_TEXT}, False), "compute": ({_TEXT}, False), "memory": ({_TEXT}, False),
+                "is_vf": ({"boolean"}, False), "profile": ({_TEXT}, False)}
+_CHECK = {"name": ({_TEXT}, True), "status": ({_TEXT}, True), "measured": ({_NUMBER, _TEXT}, False),
+          "expected": ({_NUMBER, _TEXT}, False), "unit": ({_TEXT}, False), "detail": ({_TEXT}, False),
+          "seconds": ({_NUMBER}, False)}
+
+
+def report_problems(data: dict[str, Any]) -> list[str]:
+    """Every way ``data`` departs from the report's shape, one short phrase each (JSON paths)."""
+    problems = _fields(data, _TOP, "")
+    for i, g in enumerate(data.get("guests") if isinstance(data.get("guests"), list) else []):
+        where = f"guests[{i}]"
+        if not isinstance(g, dict):
+            problems.append(f"{where}: expected an object, got {_json_type(g)}")
+            continue
+        problems += _fields(g, _GUEST, where)
+        if isinstance(g.get("outcome"), str) and g["outcome"] not in {o.value for o in Outcome}:
+            problems.append(f"{where}.outcome: {g['outcome'][:40]!r} is not one of "
+                            f"{', '.join(o.value for o in Outcome)}")
+        if isinstance(g.get("expectation"), dict):
+            problems += _fields(g["expectation"], _EXPECTATION, f"{where}.expectation")
+        if isinstance(g.get("agent"), dict):
+            problems += _fields(g["agent"], _AGENT, f"{where}.agent")
+        for j, c in enumerate(g.get("checks") if isinstance(g.get("checks"), list) else []):
+            if not isinstance(c, dict):
+                problems.append(f"{where}.checks[{j}]: expected an object, got {_json_type(c)}")
+                continue
+            problems += _fields(c, _CHECK, f"{where}.checks[{j}]")
+            if isinstance(c.get("status"), str) and c["status"] not in STATUSES:
+                problems.append(f"{where}.checks[{j}].status: {c['status'][:40]!r} is not one of "
+                                f"{', '.join(STATUSES)}")
+    return problems
+
+
+def _fields(obj: dict[str, Any], spec: dict[str, tuple[set[str], bool]], where: str) -> list[str]:
+    out = []
+    for key, (types, required) in spec.items():
+        name = f"{where}.{key}" if where else key
+        if obj.get(key) is None:
+            if required:
+                out.append(f"{name}: missing field {key!r}" if key not in obj else f"{name}: is null")
+        elif _json_type(obj[key]) not in types:
+            out.append(f"{name}: expected {' or '.join(sorted(types))}, got {_json_type(obj[key])}")
+    return out
+
+
+def _json_type(v: Any) -> str:
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, float)):
+        return _NUMBER
+    return {str: _TEXT, dict: _OBJECT, list: _LIST}.get(type(v), "null" if v is None else type(v).__name__)
 
 
 def _describe(exc: Exception) -> str:
