@@ -8,7 +8,7 @@ from vgpu.cli.common import host_options, open_host
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print the inventory as JSON (schema vgpu.inventory/v1).")
+@click.option("--json", "as_json", is_flag=True, help="Print the inventory as JSON (schema vgpu.inventory/v2).")
 @click.option("--source", type=click.Choice(["auto", "udev", "sysfs"]), default="auto", show_default=True,
               help="Enumerate through libudev or by reading sysfs directly.")
 @host_options

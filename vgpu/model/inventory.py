@@ -1,7 +1,8 @@
 """The host as discovery saw it: GPUs, their VFs and IOMMU groups, plus host readiness.
 
 Pure data. ``Inventory.to_dict()`` is the versioned JSON document that ``vgpu discover --json``
-prints (schema: docs/inventory-schema.md, vgpu/schemas/inventory-v1.json).
+prints (schema: docs/inventory-schema.md, vgpu/schemas/inventory-v2.json). PCI ids are written the way
+sysfs, lspci, amd-smi and libvirt write them: lower-case hex strings, ``"0x74a1"``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from enum import Enum
 
 from vgpu.model.pci import PciAddress
 
-INVENTORY_SCHEMA = "vgpu.inventory/v1"
+INVENTORY_SCHEMA = "vgpu.inventory/v2"  # v2: PCI ids as "0x74a1" strings (v1: integers)
+# Keys whose integer values are PCI ids (vendor, device, subsystem vendor/device), written in hex in JSON.
+PCI_ID_KEYS = frozenset({"vendor", "device", "device_id", "subsystem"})
 
 
 @dataclass(frozen=True)
@@ -178,12 +181,17 @@ class Inventory:
                 "findings": [_jsonable(asdict(f)) for f in self.findings]}
 
 
+def pci_id(value: int) -> str:
+    """A PCI vendor or device id as sysfs writes it: ``0x74a1`` (lower case, 4 hex digits)."""
+    return f"0x{value:04x}"
+
+
 def _jsonable(value):
-    """asdict() output -> JSON types: addresses as strings, enums as values, tuples as lists."""
+    """asdict() output -> JSON types: addresses as strings, enums as values, tuples as lists, PCI ids in hex."""
     if isinstance(value, dict):
         if set(value) == {"domain", "bus", "slot", "function"}:
             return str(PciAddress(**value))
-        return {k: _jsonable(v) for k, v in value.items()}
+        return {k: _pci_ids(v) if k in PCI_ID_KEYS else _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     if isinstance(value, Enum):
@@ -191,3 +199,12 @@ def _jsonable(value):
     if isinstance(value, PciAddress):
         return str(value)
     return value
+
+
+def _pci_ids(value):
+    """An id field's value: an int or a (vendor, device) pair of ints become hex strings; anything else as is."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return pci_id(value)
+    if isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        return [pci_id(v) for v in value]
+    return _jsonable(value)
