@@ -44,6 +44,7 @@ LIMITS: dict[str, int] = {
     "inventory": 4 * MiB,
     "report": 64 * MiB,
     "sysfs attribute": 64 * KiB,
+    "proc file": 4 * MiB,  # /proc/cmdline, /proc/cpuinfo (about 1.5 KiB per CPU thread)
     "journal": 4 * MiB,
     "manifest": 4 * MiB,
     "simulator state": 16 * MiB,
@@ -74,31 +75,14 @@ def read_input(path: Path | str, kind: str, *, limit: int | None = None) -> byte
     Raises InputError naming ``kind``, the path and the problem: missing, a directory, not a regular
     file (FIFO, device, socket), unreadable, or larger than the cap.
     """
-    cap = LIMITS[kind] if limit is None else limit
-    path = Path(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, _READ_FLAGS)
     except OSError as exc:
-        raise _os_error(exc, kind, path) from None
+        raise _os_error(exc, kind, Path(path)) from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise InputFileError(kind, path, f"is {describe_mode(st.st_mode)}, not a regular file")
-        if st.st_size > cap:
-            raise _too_large(kind, path, cap)
-        os.set_blocking(fd, True)
-        chunks, total = [], 0
-        while True:
-            chunk = os.read(fd, min(1 * MiB, cap + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > cap:  # grew while we read, or st_size lied (procfs-like files say 0 or 4096)
-                raise _too_large(kind, path, cap)
-        return b"".join(chunks)
+        return _read_regular(fd, path, kind, LIMITS[kind] if limit is None else limit)
     except OSError as exc:
-        raise _os_error(exc, kind, path) from None
+        raise _os_error(exc, kind, Path(path)) from None
     finally:
         os.close(fd)
 
@@ -106,13 +90,44 @@ def read_input(path: Path | str, kind: str, *, limit: int | None = None) -> byte
 def read_optional(path: Path | str, kind: str, *, limit: int | None = None) -> bytes | None:
     """:func:`read_input`, but None when the file cannot be opened or read (absent, permission,
     I/O error: a sysfs attribute a driver does not provide). A file that is not a regular file or
-    is over the cap still raises: a capture cannot make vgpu block or fill memory."""
+    is over the cap still raises: a capture cannot make vgpu block or fill memory. (Discovery
+    reads thousands of attributes, many absent: this path raises nothing for those.)"""
     try:
-        return read_input(path, kind, limit=limit)
-    except InputFileError as exc:
-        if exc.errno is None:
-            raise
+        fd = os.open(path, _READ_FLAGS)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise _os_error(exc, kind, Path(path)) from None
         return None
+    try:
+        return _read_regular(fd, path, kind, LIMITS[kind] if limit is None else limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+# O_NONBLOCK: opening a FIFO must not wait for a writer. It does not affect regular files, the only
+# kind read after the fstat check.
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
+def _read_regular(fd: int, path: Path | str, kind: str, cap: int) -> bytes:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise InputFileError(kind, path, f"is {describe_mode(st.st_mode)}, not a regular file")
+    if st.st_size > cap:
+        raise _too_large(kind, Path(path), cap)
+    # st_size is exact for ordinary files, 4096 for sysfs attributes and 0 for procfs files
+    step = min(cap + 1, max(st.st_size, 4095) + 1, 1 * MiB)
+    chunks, total = [], 0
+    while True:
+        chunk = os.read(fd, min(step, cap + 1 - total))
+        if not chunk:
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > cap:  # grew while we read, or st_size lied
+            raise _too_large(kind, Path(path), cap)
 
 
 def read_text(path: Path | str, kind: str, *, limit: int | None = None) -> str:

@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 
 from vgpu.host.paths import HostPaths
+from vgpu.inputs import read_optional
 from vgpu.model.inventory import HostFacts, ModuleInfo
 
 # Modules readiness looks at. sysfs names use underscores (vfio-pci -> vfio_pci).
@@ -14,7 +15,7 @@ WATCHED_MODULES = ("gim", "vfio", "vfio_pci", "vfio_iommu_type1", "amdgpu")
 
 
 def read_host_facts(paths: HostPaths) -> HostFacts:
-    cmdline = _read(paths.proc / "cmdline") if paths.proc else None
+    cmdline = _read(paths.proc / "cmdline", kind="proc file") if paths.proc else None
     modprobe = read_modprobe_d(paths.etc) if paths.etc else _ModprobeD()
     return HostFacts(
         iommu_groups=_count(paths.sys / "kernel" / "iommu_groups"),
@@ -54,7 +55,7 @@ def read_modprobe_d(etc: Path) -> _ModprobeD:
     except OSError:
         return result
     for name in files:
-        for line in (_read(directory / name, strip=False) or "").splitlines():
+        for line in (_read(directory / name, strip=False, kind="config file") or "").splitlines():
             _modprobe_line(line.split("#", 1)[0], result)
     return result
 
@@ -99,7 +100,7 @@ def _vfio_groups(dev: Path) -> tuple[int, ...]:
 
 
 def _cpu_vendor(proc: Path) -> str | None:
-    for line in (_read(proc / "cpuinfo", strip=False) or "").splitlines():
+    for line in (_read(proc / "cpuinfo", strip=False, kind="proc file") or "").splitlines():
         if line.startswith("vendor_id"):
             return line.split(":", 1)[1].strip()
     return None
@@ -112,12 +113,14 @@ def _count(directory: Path) -> int:
         return 0
 
 
-def _read(path: Path, strip: bool = True) -> str | None:
-    try:
-        with open(path, "rb") as fh:
-            text = fh.read(1 << 20).decode("utf-8", "replace")
-    except OSError:
+def _read(path: Path, strip: bool = True, kind: str = "sysfs attribute") -> str | None:
+    """The file's text, None when absent or unreadable; through vgpu.inputs, so a FIFO or an
+    oversized file in a capture is one InputError, never a hang. Undecodable bytes are replaced:
+    these files are only scanned for a few words."""
+    raw = read_optional(path, kind)
+    if raw is None:
         return None
+    text = raw.decode("utf-8", "replace")
     return text.strip() if strip else text
 
 

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from vgpu.inputs import read_optional
 from vgpu.model.inventory import Bar, Link, Partition
 from vgpu.model.pci import PciAddress
 
@@ -60,11 +61,10 @@ class PathView:
         self.name = os.path.basename(path)
 
     def attr(self, name: str) -> str | None:
-        try:
-            with open(os.path.join(self.path, name), "rb") as fh:
-                return fh.read().decode("utf-8", "replace").strip()
-        except OSError:
-            return None
+        """Absent or unreadable: None. A FIFO, device or oversized file (a hostile capture) is an
+        InputError naming it: reading never blocks and never takes more than the cap."""
+        raw = read_optional(os.path.join(self.path, name), "sysfs attribute")
+        return None if raw is None else raw.decode("utf-8", "replace").strip()
 
     def link(self, name: str) -> str | None:
         try:
