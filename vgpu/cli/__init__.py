@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _print_error(exc: VgpuError) -> None:
-    click.echo(f"error: {exc.message}", err=True)
+    from vgpu.cli.render import safe  # messages quote paths, names and file content: no raw control characters
+    click.echo(f"error: {safe(exc.message, markup=False)}", err=True)
     if exc.hint:
-        click.echo(f"hint: {exc.hint}", err=True)
+        click.echo(f"hint: {safe(exc.hint, markup=False)}", err=True)

@@ -78,6 +78,7 @@ def open_sim(machine: str | None, state_dir: Path):
         return SimHost.create(state_dir, machine=machine or "8xmi300x")
     host = SimHost.open(state_dir)
     if machine is not None and not host.is_machine(machine):
-        click.echo(f"note: rebuilding the simulated host in {state_dir} as {machine}", err=True)
+        from vgpu.cli.render import safe
+        click.echo(safe(f"note: rebuilding the simulated host in {state_dir} as {machine}", markup=False), err=True)
         return SimHost.create(state_dir, machine=machine)
     return host

@@ -24,7 +24,7 @@ def discover(as_json: bool, source: str, simulate, sim_dir, sysfs_root, snapshot
         return
     from vgpu.cli.render import console, findings_table, inventory_table, shared_groups_table
     out = console()
-    out.print(inventory_table(inv))
+    out.print(inventory_table(inv, width=out.width))
     shared = shared_groups_table(inv)
     if shared is not None:
         out.print(shared)

@@ -47,4 +47,6 @@ def snapshot(output: Path, simulate, sim_dir, sysfs_root, snapshot) -> None:
 
     with open_host(simulate, sim_dir, sysfs_root, snapshot) as target:
         manifest = capture(target.paths, output)
-    click.echo(f"wrote {output} ({manifest['source']}); replay with `vgpu discover --snapshot {output}`")
+    from vgpu.cli.render import safe
+    out = safe(output, markup=False)
+    click.echo(f"wrote {out} ({safe(manifest['source'], markup=False)}); replay with `vgpu discover --snapshot {out}`")

@@ -136,8 +136,9 @@ def status(as_json, simulate, sim_dir, sysfs_root, snapshot) -> int:
         except Refusal as exc:
             planview.show_refusal(exc, exc.profile, target.paths.label, as_json)
             return ExitCode.FAILURE
+    from vgpu.cli.render import safe
     for warning in result.warnings:
-        click.echo(f"warning: {warning}", err=True)
+        click.echo(f"warning: {safe(warning, markup=False)}", err=True)
     if result.profile is None:
         planview.show_unprovisioned(target.paths.label, as_json)
         return ExitCode.OK
@@ -186,4 +187,5 @@ def export(name, model, output, simulate, sim_dir, sysfs_root, snapshot) -> None
         return
     from vgpu.host.files import FileStore
     FileStore(output.parent if str(output.parent) else Path(".")).write(output.name, text, 0o644)
-    click.echo(f"wrote {output}", err=True)
+    from vgpu.cli.render import safe
+    click.echo(f"wrote {safe(output, markup=False)}", err=True)

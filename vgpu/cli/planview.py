@@ -2,35 +2,33 @@
 
 from __future__ import annotations
 
-from rich.table import Table
-
-from vgpu.cli.render import console, print_json
+from vgpu.cli.render import add_row, cell, console, print_json, safe, table
 from vgpu.model.plan import Plan
 
 
 def show_plan(plan: Plan, warnings: list[str]) -> None:
     out = console()
     for w in (*plan.warnings, *warnings):
-        out.print(f"[yellow]warning:[/] {w}")
+        out.print(f"[yellow]warning:[/] {safe(w)}")
     if plan.in_sync:
-        out.print(f"[green]in sync[/]: {plan.host} already matches profile {plan.profile}; nothing to do")
+        out.print(f"[green]in sync[/]: {safe(plan.host)} already matches profile {safe(plan.profile)};"
+                  " nothing to do")
         return
     undo = plan.action == "rollback"
     title = (f"Rollback of the interrupted {plan.profile} run on {plan.host} (each step undone, in this order)"
              if undo else f"Plan: {plan.profile} on {plan.host}")
-    table = Table(title=title, title_justify="left")
-    for col in ("#", "undo" if undo else "step", "disrupts"):
-        table.add_column(col)
+    steps = table(title, ("#", "undo" if undo else "step", "disrupts"))
     for i, step in enumerate(plan.steps, 1):
-        table.add_row(str(i), step.describe(), _disrupts(step))
-    out.print(table)
+        add_row(steps, i, step.describe(), _disrupts(step))
+    out.print(steps)
     _show_disruptions(out, plan)
     _show_vms(out, plan)
     holders = plan.holders()
     if holders:
-        out.print(f"[bold red]in use:[/] {', '.join(holders)} would lose devices (provision refuses without --force)")
+        out.print(f"[bold red]in use:[/] {safe(', '.join(holders))} would lose devices"
+                  " (provision refuses without --force)")
     verdict = "[bold yellow]disruptive[/]" if plan.disruptive else "non-disruptive"
-    how = {"apply": f" Apply with `vgpu provision --profile {plan.profile}`.",
+    how = {"apply": f" Apply with `vgpu provision --profile {safe(plan.profile)}`.",
            "release": " Apply with `vgpu release`."}.get(plan.action, "")
     out.print(f"{len(plan.steps)} step(s), {verdict}.{how}")
 
@@ -41,7 +39,7 @@ def _show_vms(out, plan: Plan) -> None:
         return
     out.print(f"[bold]VM assignment[/] ({len(plan.vms)} VM(s), from the profile's vms section):")
     for vm, functions in plan.vms:
-        out.print(f"  {vm}: {', '.join(str(a) for a in functions)}")
+        out.print(f"  {safe(vm)}: {safe(', '.join(str(a) for a in functions))}")
 
 
 def _show_disruptions(out, plan: Plan) -> None:
@@ -53,11 +51,11 @@ def _show_disruptions(out, plan: Plan) -> None:
         scope = "host-wide: every VF on this host goes away" if d.host_wide else "these functions change driver"
         out.print(f"[bold]step {i} disrupts[/] ({scope}):")
         for address in d.functions:
-            out.print(f"  - {address}")
+            out.print(f"  - {safe(address)}")
         for vm in d.vms:
-            out.print(f"  - VM {vm} (loses its device)")
+            out.print(f"  - VM {safe(vm)} (loses its device)")
         for proc in d.processes:
-            out.print(f"  - {proc} (holds /dev/vfio)")
+            out.print(f"  - {safe(proc)} (holds /dev/vfio)")
 
 
 def _disrupts(step) -> str:
@@ -92,32 +90,34 @@ def show_refusal(exc, profile: str, host: str, as_json: bool) -> None:
                                                                              "message": exc.message, "fix": exc.hint}]})
         return
     err = console(err=True)
-    err.print(f"[bold red]refused[/]: profile {profile} cannot be applied to {host}; nothing was changed:")
+    err.print(f"[bold red]refused[/]: profile {safe(profile)} cannot be applied to {safe(host)};"
+              " nothing was changed:")
     for p in getattr(exc, "problems", ()) or ():
-        err.print(f"  - {p.subject}: {p.message}" + (f" (fix: {p.fix})" if p.fix else ""))
+        err.print(f"  - {safe(p.subject)}: {safe(p.message)}" + (f" (fix: {safe(p.fix)})" if p.fix else ""))
     if not getattr(exc, "problems", None):
-        err.print(f"  - {exc.message}" + (f" (fix: {exc.hint})" if exc.hint else ""))
+        err.print(f"  - {safe(exc.message)}" + (f" (fix: {safe(exc.hint)})" if exc.hint else ""))
 
 
 def show_provision(result) -> None:
     out = console()
     for line in result.recovered:
-        out.print(f"[yellow]recovered[/] an interrupted run: {line}")
+        out.print(f"[yellow]recovered[/] an interrupted run: {safe(line)}")
     if result.dry_run or result.outcome is None:
         show_plan(result.plan, result.warnings)
         return
     for w in (*result.plan.warnings, *result.warnings):
-        out.print(f"[yellow]warning:[/] {w}")
+        out.print(f"[yellow]warning:[/] {safe(w)}")
     for line in result.outcome.applied:
-        out.print(f"[green]done[/] {line}")
-    out.print(f"[bold green]verified[/]: {result.plan.host} now matches {result.plan.profile} (read back from the host)")
+        out.print(f"[green]done[/] {safe(line)}")
+    out.print(f"[bold green]verified[/]: {safe(result.plan.host)} now matches {safe(result.plan.profile)}"
+              " (read back from the host)")
 
 
 def show_unprovisioned(host: str, as_json: bool) -> None:
     if as_json:
         print_json({"schema": "vgpu.status/v1", "host": host, "profile": None, "in_sync": True, "items": []})
     else:
-        console().print(f"{host}: no profile recorded (never provisioned, or released)")
+        console().print(f"{safe(host)}: no profile recorded (never provisioned, or released)")
 
 
 def show_status(profile: str, host: str, items, as_json: bool) -> None:
@@ -127,13 +127,12 @@ def show_status(profile: str, host: str, items, as_json: bool) -> None:
                     "items": [{"subject": i.subject, "what": i.what, "expected": i.expected, "actual": i.actual,
                                "ok": i.ok} for i in items]})
         return
-    table = Table(title=f"Status of {host} against recorded profile {profile}", title_justify="left")
-    for col in ("", "subject", "item", "expected", "actual"):
-        table.add_column(col)
+    rows = table(f"Status of {host} against recorded profile {profile}", ("", "subject", "item", "expected", "actual"),
+                 keep_whole=("subject",))
     for i in items:
-        mark = "[green]ok[/]" if i.ok else "[bold red]DRIFT[/]"
-        table.add_row(mark, i.subject, i.what, i.expected, i.actual)
+        add_row(rows, cell("ok", "green") if i.ok else cell("DRIFT", "bold red"), i.subject, i.what, i.expected,
+                i.actual)
     out = console()
-    out.print(table)
+    out.print(rows)
     out.print("[green]in sync[/]" if in_sync else
               f"[bold red]drift[/]: {sum(not i.ok for i in items)} item(s) differ; `vgpu provision --recorded` re-applies")

@@ -47,16 +47,17 @@ def list_cmd(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of YAML.")
 def show(ref: str, as_json: bool) -> None:
     """Print a profile with `extends` resolved and defaults filled in; warnings go to stderr."""
+    from vgpu.cli.render import safe
     from vgpu.profiles import dump_profile, load_profile
 
     profile = load_profile(ref)
     if as_json:
         click.echo(json.dumps(profile.to_dict(), indent=2))
     else:
-        click.echo(f"# {profile.name}: resolved from {' <- '.join(profile.lineage)}")
-        click.echo(dump_profile(profile), nl=False)
+        click.echo(safe(f"# {profile.name}: resolved from {' <- '.join(profile.lineage)}", markup=False))
+        click.echo(dump_profile(profile), nl=False)  # YAML with allow_unicode=False: controls are escaped
     for warning in profile.warnings():
-        click.echo(f"warning: {profile.name}: {warning}", err=True)
+        click.echo(safe(f"warning: {profile.name}: {warning}", markup=False), err=True)
 
 
 @profiles.command()
@@ -64,6 +65,7 @@ def show(ref: str, as_json: bool) -> None:
 @click.pass_context
 def validate(ctx: click.Context, refs: tuple[str, ...]) -> None:
     """Check profile files (or shipped names): one line per problem; exit 5 when any is invalid."""
+    from vgpu.cli.render import safe
     from vgpu.profiles import ProfileError, load_profile
 
     failed = False
@@ -73,11 +75,11 @@ def validate(ctx: click.Context, refs: tuple[str, ...]) -> None:
         except ProfileError as exc:
             failed = True
             for line in exc.problems:
-                click.echo(f"invalid: {line}")
+                click.echo(safe(f"invalid: {line}", markup=False))
             continue
-        click.echo(f"ok: {ref} ({profile.name}, {profile.support.value})")
+        click.echo(safe(f"ok: {ref} ({profile.name}, {profile.support.value})", markup=False))
         for warning in profile.warnings():
-            click.echo(f"warning: {ref}: {warning}")
+            click.echo(safe(f"warning: {ref}: {warning}", markup=False))
     if failed:
         ctx.exit(ExitCode.BAD_INPUT)
 

@@ -1,20 +1,71 @@
-"""Human output: rich tables for inventories and findings. JSON output never passes through here."""
+"""Human output: rich tables for inventories and findings. JSON output never passes through here.
+
+Every string that comes from outside vgpu (a host name, a file's content, a driver or module name read from
+sysfs, a VM name from libvirt, a process name, a profile field, a path, a guest's report) reaches the terminal
+only through :func:`safe` or :func:`cell`: control characters become visible escapes and rich markup is shown
+literally, so a crafted snapshot or report cannot restyle, move the cursor in, retitle or reorder what an
+operator reviews.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from vgpu.model.inventory import Gpu, Inventory, Severity
 
 _STYLE = {Severity.OK: "green", Severity.INFO: "cyan", Severity.WARNING: "yellow", Severity.ERROR: "bold red"}
 
+# C0 controls (ESC, CR, BS, BEL, TAB, LF ...), DEL, C1 controls (CSI U+009B, OSC U+009D ...), bidi embeddings,
+# overrides and isolates, directional marks and the Unicode line/paragraph separators.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _visible(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def safe(text, markup: bool = True) -> str:
+    """``text`` (anything; None becomes "-") made harmless for a terminal: every control character, DEL, C1
+    code, bidi override/isolate/mark and line separator becomes a visible escape (ESC -> ``\\x1b``, U+202E ->
+    ``\\u202e``).
+    With ``markup`` (for strings rich parses as markup) ``[`` is escaped too, so ``[bold red]X[/]`` prints as
+    written; without it (click.echo, rich ``Text``) the text is otherwise left as is."""
+    text = _UNSAFE.sub(_visible, "-" if text is None else str(text))
+    return escape(text) if markup else text
+
+
+def cell(value, style: str | None = None) -> Text:
+    """A table cell from outside data: a rich Text (never parsed as markup) of the safe text."""
+    return Text(safe(value, markup=False), style=style or "")
+
 
 def console(err: bool = False) -> Console:
     return Console(stderr=err, highlight=False, soft_wrap=False)
+
+
+def table(title: str, columns: tuple[str, ...], keep_whole: tuple[str, ...] = (), **kwargs) -> Table:
+    """A rich table whose title is plain text (not markup) and whose cells fold instead of ending in "…":
+    nothing is cut off. Columns named in ``keep_whole`` (PCI addresses) are never wrapped or shortened."""
+    t = Table(title=cell(title), title_justify="left", **kwargs)
+    for name in columns:
+        if name in keep_whole:
+            t.add_column(name, no_wrap=True, overflow="fold")
+        else:
+            t.add_column(name, overflow="fold")
+    return t
+
+
+def add_row(t: Table, *values, style: str | None = None) -> None:
+    """Add a row of outside values (str, numbers, None, or Text already built by this module)."""
+    t.add_row(*(v if isinstance(v, Text) else cell(v) for v in values), style=style)
 
 
 def print_json(data) -> None:
@@ -29,60 +80,80 @@ def _size(n: int) -> str:
     return str(n)
 
 
-def _group(gpu_or_vf) -> str:
+def _group(gpu_or_vf, compact: bool = False) -> str:
     group = gpu_or_vf.iommu_group
     if group is None:
         return "-"
     extra = len(group.members) - 1
-    return f"{group.number}" + (f" (+{extra} shared)" if extra > 0 else "")
+    if extra <= 0:
+        return f"{group.number}"
+    return f"{group.number} (+{extra})" if compact else f"{group.number} (+{extra} shared)"
 
 
-def _partition(gpu: Gpu) -> str:
+def _partition(gpu: Gpu, compact: bool = False) -> str:
     p = gpu.partition
     if not (p.compute or p.memory):
         return "-"
-    return f"{p.compute or '?'}/{p.memory or '?'} ({p.source})"
+    modes = f"{p.compute or '?'}/{p.memory or '?'}"
+    return modes if compact else f"{modes} ({p.source})"
 
 
-def inventory_table(inv: Inventory) -> Table:
-    table = Table(title=f"AMD Instinct GPUs on {inv.source}", title_justify="left")
-    for col in ("function", "model", "id", "driver", "NUMA", "IOMMU group", "VFs", "partition", "64-bit BARs",
-                "link"):
-        table.add_column(col)
+FULL_COLUMNS = ("function", "model", "id", "driver", "NUMA", "IOMMU group", "VFs", "partition", "64-bit BARs",
+                "link")
+COMPACT_COLUMNS = ("function", "model", "id", "driver", "NUMA", "group", "VFs", "partition")
+COMPACT_NOTE = "narrow terminal: 64-bit BARs, link and partition source omitted (wider terminal or --json for all)"
+
+
+def inventory_table(inv: Inventory, width: int | None = None) -> Table:
+    """GPUs and their VFs, one row per function. The PCI address column is never shortened: when the full
+    table does not fit ``width``, the compact one (without BARs and link) is used, whose caption says so."""
+    full = _inventory_table(inv, compact=False)
+    if width is None or _natural_width(full) <= width:
+        return full
+    return _inventory_table(inv, compact=True)
+
+
+def _inventory_table(inv: Inventory, compact: bool) -> Table:
+    t = table(f"AMD Instinct GPUs on {inv.source}", COMPACT_COLUMNS if compact else FULL_COLUMNS,
+              keep_whole=("function",), caption=COMPACT_NOTE if compact else None, caption_justify="left")
     for gpu in inv.gpus:
-        vfs = f"{gpu.num_vfs if gpu.num_vfs is not None else '-'}/{gpu.total_vfs if gpu.total_vfs is not None else '-'}"
-        link = f"{gpu.link.speed or '?'} x{gpu.link.width or '?'}" if gpu.link.speed or gpu.link.width else "-"
-        table.add_row(str(gpu.address), gpu.model, f"{gpu.device_id:04x}", gpu.driver or "-",
-                      _num(gpu.numa_node), _group(gpu), vfs, _partition(gpu), _size(gpu.bar64_bytes), link)
+        vfs = f"{_num(gpu.num_vfs)}/{_num(gpu.total_vfs)}"
+        row = [gpu.address, gpu.model, f"{gpu.device_id:04x}", gpu.driver, _num(gpu.numa_node),
+               _group(gpu, compact), vfs, _partition(gpu, compact)]
+        if not compact:
+            link = f"{gpu.link.speed or '?'} x{gpu.link.width or '?'}" if gpu.link.speed or gpu.link.width else "-"
+            row += [_size(gpu.bar64_bytes), link]
+        add_row(t, *row)
         for vf in gpu.vfs:
-            table.add_row(f"  └ {vf.address}", f"VF {vf.index}", f"{vf.device_id:04x}", vf.driver or "-",
-                          _num(vf.numa_node), _group(vf), "", "", "", "", style="dim")
-    return table
+            row = [f"└ {vf.address}", f"VF {vf.index}", f"{vf.device_id:04x}", vf.driver, _num(vf.numa_node),
+                   _group(vf, compact), "", ""]
+            add_row(t, *row, *(() if compact else ("", "")), style="dim")
+    return t
+
+
+def _natural_width(renderable) -> int:
+    """The width ``renderable`` takes when nothing limits it."""
+    return Console(width=10_000).measure(renderable).maximum
 
 
 def shared_groups_table(inv: Inventory) -> Table | None:
     rows = [(gpu, m) for gpu in inv.gpus if gpu.iommu_group for m in gpu.iommu_group.others(gpu.address)]
     if not rows:
         return None
-    table = Table(title="IOMMU groups shared with other devices (all members go to vfio-pci together)",
-                  title_justify="left")
-    for col in ("GPU", "group", "member", "id", "driver"):
-        table.add_column(col)
+    t = table("IOMMU groups shared with other devices (all members go to vfio-pci together)",
+              ("GPU", "group", "member", "id", "driver"), keep_whole=("GPU", "member", "id"))
     for gpu, m in rows:
-        table.add_row(str(gpu.address), str(gpu.iommu_group.number), str(m.address),
-                      f"{m.vendor:04x}:{m.device:04x}", m.driver or "-")
-    return table
+        add_row(t, gpu.address, gpu.iommu_group.number, m.address, f"{m.vendor:04x}:{m.device:04x}", m.driver)
+    return t
 
 
 def findings_table(inv: Inventory, verbose: bool = True) -> Table:
-    table = Table(title="Host readiness", title_justify="left")
-    for col in ("", "check", "finding", "what to do"):
-        table.add_column(col)
+    t = table("Host readiness", ("", "check", "finding", "what to do"), keep_whole=("check",))
     for f in inv.findings:
         if f.severity is Severity.OK and not verbose:
             continue
-        table.add_row(f"[{_STYLE[f.severity]}]{f.severity.value}[/]", f.check, f.message, f.fix or "")
-    return table
+        add_row(t, cell(f.severity.value, _STYLE[f.severity]), f.check, f.message, f.fix or "")
+    return t
 
 
 def _num(value) -> str:

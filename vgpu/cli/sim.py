@@ -43,7 +43,8 @@ def reset(machine: str, sim_dir: Path | None) -> None:
     state = sim_dir or default_sim_dir()
     load_spec(machine)  # validate before deleting anything
     host = SimHost.create(state, machine=machine)
-    click.echo(f"simulated host {host.machine.name} ready in {state}")
+    from vgpu.cli.render import safe
+    click.echo(safe(f"simulated host {host.machine.name} ready in {state}", markup=False))
 
 
 @sim.command("path")
