@@ -20,6 +20,7 @@ from vgpu.host.executor import Executor, Journal, Outcome, StepHook, host_lock, 
 from vgpu.host.holders import function_holders
 from vgpu.host.steps import Context
 from vgpu.host.target import HostTarget
+from vgpu.inputs import InputFileError, parse_json
 from vgpu.model.inventory import Inventory
 from vgpu.model.plan import Plan, Problem
 from vgpu.persist import STATE_RECORD, UNIT_LINK, UNIT_PATH, state_record, unit_text
@@ -264,8 +265,11 @@ def recorded_profile(target: HostTarget):
     if text is None:
         return None
     try:
-        spec = json.loads(text)["spec"]
-    except (ValueError, KeyError, TypeError) as exc:
+        spec = parse_json(text, "config file", f"/etc/{STATE_RECORD}")["spec"]
+    except InputFileError as exc:
+        raise InputError(f"/etc/{STATE_RECORD} is corrupt: {exc.problem}",
+                         hint="run `vgpu provision --profile NAME` again to rewrite it") from None
+    except (KeyError, TypeError) as exc:
         raise InputError(f"/etc/{STATE_RECORD} is corrupt: {exc}",
                          hint="run `vgpu provision --profile NAME` again to rewrite it") from exc
     return load_profile_text(json.dumps(spec), source=f"/etc/{STATE_RECORD}")

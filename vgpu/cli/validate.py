@@ -6,6 +6,7 @@ Exit codes (docs/exit-codes.md): 0 every guest passed; 1 a check failed or an ag
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from datetime import datetime, timezone
@@ -53,9 +54,10 @@ def validate(ctx: click.Context, guests, inventory, limit, profile, report_dir, 
     """Run the vgpu agent on guests over SSH (or on simulated guests) and write the reports."""
     from vgpu.guest.bundle import build_agent
     from vgpu.guest.fanout import run_fanout
-    from vgpu.guest.report import write_all
+    from vgpu.guest.report import check_report_dir, write_all
     from vgpu.guest.transport import Timeouts
 
+    check_report_dir(report_dir)
     timeouts = Timeouts(connect=connect_timeout, auth=2 * connect_timeout, run=timeout)
     with tempfile.TemporaryDirectory(prefix="vgpu-validate-") as tmp:
         if simulate:
@@ -79,6 +81,7 @@ def _remote(guests, inventory, limit, profile, known_hosts, accept_new, identity
 
     from vgpu.guest.fanout import job_for
     from vgpu.guest.transport import KnownHosts, SshTransport
+    from vgpu.inputs import read_text
 
     if bool(guests) == bool(inventory):
         raise InputError("give exactly one of --guests FILE or --inventory FILE (or use --simulate)")
@@ -95,8 +98,8 @@ def _remote(guests, inventory, limit, profile, known_hosts, accept_new, identity
                        skip_workloads=t.skip_workloads or skip_workloads) for t in targets]
     jobs = [job_for(t, default_profile=profile) for t in targets]
     kh = known_hosts.expanduser()
-    if kh.exists() and not kh.is_file():
-        raise InputError(f"--known-hosts {kh} is not a file")
+    if os.path.lexists(kh):
+        read_text(kh, "known_hosts")  # a regular UTF-8 file within its cap, refused here before any guest
     return jobs, SshTransport(KnownHosts(kh, accept_new=accept_new))
 
 
@@ -210,12 +213,13 @@ def report(ctx: click.Context, sources: tuple[Path, ...], report_dir: Path, quie
     """Re-render one report, or merge several (a guest in several keeps its newest result)."""
     from vgpu import __version__
     from vgpu.guest.report import json as json_report
-    from vgpu.guest.report import write_all
+    from vgpu.guest.report import check_report_dir, write_all
     from vgpu.guest.report.model import merge
 
     loaded = [json_report.load(p) for p in sources]
     if len(loaded) == 1:
         merged = loaded[0]
+    check_report_dir(report_dir)
     else:
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         merged = merge(loaded, generated=now, vgpu_version=__version__)

@@ -24,6 +24,7 @@ from vgpu.guest.agent.result import AgentResult
 from vgpu.guest.report.model import Expectation, GuestReport, Outcome, ValidationReport
 from vgpu.guest.targets import ExpectSpec, Target
 from vgpu.guest.transport import Endpoint, RunResult, Session, Timeouts, TransportFailure
+from vgpu.inputs import LIMITS, InputFileError, MiB, parse_json
 
 AGENT_NAME = "vgpu-agent.pyz"
 DEFAULT_TIMEOUTS = Timeouts()
@@ -156,11 +157,18 @@ def parse_agent_output(result: RunResult) -> AgentResult:
     stderr = _excerpt(result.stderr.decode("utf-8", errors="replace").strip().splitlines()[-1:] or [""])
     if not text:
         raise _AgentOutputError(f"agent printed nothing (exit {result.returncode}); stderr: {stderr}")
+    if len(result.stdout) > LIMITS["agent output"]:
+        raise _AgentOutputError(f"agent printed more than the limit of {LIMITS['agent output'] // MiB} MiB "
+                                f"(exit {result.returncode}); stdout began {_excerpt([text])}")
     try:
-        agent = AgentResult.from_dict(json.loads(text))
-    except json.JSONDecodeError:
-        raise _AgentOutputError(f"agent printed no JSON result (exit {result.returncode}); stdout began "
-                                f"{_excerpt([text])}; stderr: {stderr}") from None
+        data = parse_json(text, "agent output", "from this guest")  # nesting bounded
+    except InputFileError as exc:
+        no_json = exc.problem.startswith("is not valid JSON")
+        raise _AgentOutputError((f"agent printed no JSON result (exit {result.returncode}); stdout began "
+                                 f"{_excerpt([text])}; stderr: {stderr}") if no_json else
+                                f"agent result {exc.problem} (exit {result.returncode})") from None
+    try:
+        agent = AgentResult.from_dict(data)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise _AgentOutputError(f"agent result is malformed (exit {result.returncode}): {exc}") from None
     if not agent.checks:

@@ -31,12 +31,15 @@ from typing import Protocol
 import paramiko
 
 from vgpu.guest.report.model import Outcome
+from vgpu.inputs import LIMITS, read_text
 
 # paramiko logs handshake failures with tracebacks; without a handler Python would print them on
 # stderr. The typed outcome in the report says it better.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
-OUTPUT_LIMIT = 8 * 1024 * 1024  # bytes of stdout kept from one agent run; a guest can print garbage forever
+# Bytes of stdout kept from one agent run (a guest can print garbage forever): one byte more than
+# the cap is kept, so the fan-out can tell "over the limit" from a result that just fits.
+OUTPUT_LIMIT = LIMITS["agent output"]
 
 
 class TransportFailure(Exception):
@@ -103,7 +106,7 @@ class LocalSession:
                                check=False)
         except subprocess.TimeoutExpired as exc:
             raise TransportFailure(Outcome.TIMEOUT, f"agent did not finish within {timeout:g} s") from exc
-        return RunResult(p.returncode, p.stdout[:OUTPUT_LIMIT], p.stderr[-OUTPUT_LIMIT:])
+        return RunResult(p.returncode, p.stdout[:OUTPUT_LIMIT + 1], p.stderr[-OUTPUT_LIMIT:])
 
     def remove_dir(self, path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
@@ -149,7 +152,7 @@ class KnownHosts:
         """Append ``hostname key`` to the file: write a temp copy, fsync, os.replace (0600)."""
         line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
         with self._lock:
-            old = self.path.read_text() if self.path.exists() else ""
+            old = read_text(self.path, "known_hosts") if self.path.exists() else ""
             if old and not old.endswith("\n"):
                 old += "\n"
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -344,11 +347,11 @@ def _collect(chan: paramiko.Channel, timeout: float, where: str) -> RunResult:
             select.select([chan], [], [], min(left, 0.05))
             while chan.recv_ready():
                 chunk = chan.recv(65536)
-                if len(out) < OUTPUT_LIMIT:
+                if len(out) <= OUTPUT_LIMIT:  # drained either way, kept only up to the cap
                     out += chunk
             while chan.recv_stderr_ready():
                 err = (err + chan.recv_stderr(65536))[-65536:]
             if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
-                return RunResult(chan.recv_exit_status(), bytes(out[:OUTPUT_LIMIT]), bytes(err))
+                return RunResult(chan.recv_exit_status(), bytes(out[:OUTPUT_LIMIT + 1]), bytes(err))
     finally:
         chan.close()

@@ -20,9 +20,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vgpu.errors import ApplyError, HostError, LockedError, VgpuError
+from vgpu.errors import ApplyError, HostError, InputError, LockedError, VgpuError
 from vgpu.host import steps as handlers
 from vgpu.host.files import FileStore
+from vgpu.inputs import InputFileError, load_json, write_error
 from vgpu.model.plan import Plan, Step, step_from_dict
 
 JOURNAL_SCHEMA = "vgpu.journal/v1"
@@ -47,8 +48,7 @@ def host_lock(state_dir: Path | None, timeout: float = 30.0) -> Iterator[None]:
         state_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
-        raise HostError(f"cannot take the host lock {path}: {exc.strerror or exc}",
-                        hint="changing a host needs root (run with sudo)") from exc
+        raise _lock_error(exc, path) from None
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -61,11 +61,22 @@ def host_lock(state_dir: Path | None, timeout: float = 30.0) -> Iterator[None]:
                     raise LockedError(f"the host is locked by {holder}",
                                       hint="wait for it to finish; the lock frees itself when that run ends") from exc
                 time.sleep(0.1)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"vgpu pid {os.getpid()} since {time.strftime('%H:%M:%S')}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"vgpu pid {os.getpid()} since {time.strftime('%H:%M:%S')}\n".encode(), 0)
+        except OSError as exc:  # a full or read-only /var/lib/vgpu
+            raise _lock_error(exc, path) from None
         yield
     finally:
         os.close(fd)
+
+
+def _lock_error(exc: OSError, path: Path) -> HostError:
+    """One line naming the lock file and why it cannot be taken (permission, full or read-only disk)."""
+    denied = exc.errno in (errno.EACCES, errno.EPERM)
+    return HostError(f"cannot take the host lock {path}: {write_error(exc, 'host lock', path).problem}",
+                     hint="changing a host needs root (run with sudo)" if denied else
+                     f"free space on (or remount read-write) the file system holding {path.parent}")
 
 
 def lock_holder(state_dir: Path | None) -> str | None:
@@ -98,17 +109,20 @@ class Journal:
         self.store = FileStore(state_dir)
 
     def load(self) -> dict | None:
-        text = self.store.read("journal.json")
-        if text is None:
-            return None
+        """The journal, None when there is none. Read through vgpu.inputs (size cap, text, bounded
+        nesting); a damaged one is an InputError (docs/troubleshooting.md: inspect, then remove)."""
+        path = self.store.path("journal.json")
+        hint = "inspect it and the host (`vgpu status`), then remove it to continue"
         try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise HostError(f"the journal {self.store.path('journal.json')} is corrupt: {exc}",
-                            hint="inspect it, then remove it to continue") from exc
+            data = load_json(path, "journal")
+        except InputFileError as exc:
+            if exc.errno == errno.ENOENT:
+                return None
+            if exc.errno is not None:
+                raise HostError(str(exc), hint="reading the journal needs root (run with sudo)") from None
+            raise InputError(f"the journal {path} is damaged: {exc.problem}", hint=hint) from None
         if not isinstance(data, dict) or data.get("schema") != JOURNAL_SCHEMA:
-            raise HostError(f"the journal {self.store.path('journal.json')} is not a {JOURNAL_SCHEMA} journal",
-                            hint="inspect it, then remove it to continue")
+            raise InputError(f"the journal {path} is damaged: not a {JOURNAL_SCHEMA} journal", hint=hint)
         return data
 
     def save(self, data: dict) -> None:

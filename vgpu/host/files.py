@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from pathlib import Path
 
 from vgpu.errors import HostError, InputError
 from vgpu.fsutil import atomic_write
+from vgpu.inputs import InputFileError, read_text
 
 
 class FileStore:
@@ -27,18 +29,25 @@ class FileStore:
         return target
 
     def read(self, rel: str) -> str | None:
-        """The file's text; for a symlink, its target; None when absent."""
+        """The file's text; for a symlink, its target; None when absent.
+
+        Read through vgpu.inputs: a file that is not a regular file, is over the cap, or is not
+        UTF-8 text is an InputError naming it (plan would otherwise compare or rewrite garbage);
+        one that cannot be read (permission, I/O) is a HostError."""
         if self.root is None:
             return None
         path = self.path(rel)
         if path.is_symlink():
             return os.readlink(path)
         try:
-            return path.read_text()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise HostError(f"cannot read {path}: {exc.strerror}") from exc
+            return read_text(path, "config file")
+        except InputFileError as exc:
+            if exc.errno == errno.ENOENT:
+                return None
+            if exc.errno is not None:
+                raise HostError(str(exc)) from None
+            exc.hint = "repair or remove it: vgpu reads its config files as UTF-8 text"
+            raise
 
     def write(self, rel: str, content: str | None, mode: int = 0o644) -> None:
         """Replace the file atomically (temp file + fsync + rename); ``None`` removes it."""

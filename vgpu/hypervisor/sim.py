@@ -8,6 +8,7 @@ driver drops ``<qemu:commandline>``, which attach writes and tests read back.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import uuid as uuidlib
@@ -20,6 +21,7 @@ from vgpu.fsutil import atomic_write
 from typing import Any
 
 from vgpu.errors import InputError
+from vgpu.inputs import InputFileError, load_json, read_text
 from vgpu.hypervisor.base import DomainInfo, state_name
 from vgpu.hypervisor.domain import DomainXml
 from vgpu.hypervisor.libvirt import LibvirtHypervisor, import_libvirt
@@ -74,13 +76,18 @@ class SimHypervisor(LibvirtHypervisor):
                 self._lock_depth = 0
 
     def _read_states(self) -> dict:
+        hint = "delete the simulation's state dir and start again"
         try:
-            data = json.loads((self.dir / STATES).read_text())
-        except FileNotFoundError:
-            return {"generation": 0, "states": {}}
-        except ValueError as exc:
-            raise InputError(f"simulated hypervisor state {self.dir / STATES} is corrupt: {exc}",
-                             hint="delete the simulation's state dir and start again") from exc
+            data = load_json(self.dir / STATES, "simulator state")
+        except InputFileError as exc:
+            if exc.errno == errno.ENOENT:
+                return {"generation": 0, "states": {}}
+            raise InputError(f"simulated hypervisor state {self.dir / STATES} is corrupt: {exc.problem}",
+                             hint=hint) from None
+        if not (isinstance(data, dict) and isinstance(data.get("generation"), int)
+                and isinstance(data.get("states"), dict)):
+            raise InputError(f"simulated hypervisor state {self.dir / STATES} is corrupt: not a "
+                             "{generation, states} object", hint=hint)
         return data
 
     def _write_states(self, states: dict[str, str]) -> None:
@@ -94,7 +101,7 @@ class SimHypervisor(LibvirtHypervisor):
     def _node_xml(self, states: dict[str, str]) -> str:
         node = ET.fromstring(_NODE)
         for path in sorted((self.dir / "domains").glob("*.xml")):
-            domain = parse(path.read_text(), f"simulated VM file {path}")
+            domain = parse(read_text(path, "simulator state"), f"simulated VM file {path}")
             state = states.get(path.stem, "shutoff")
             ET.SubElement(domain, f"{{{TEST_NS}}}runstate").text = str(RUNSTATES.get(state, 5))
             node.append(domain)
@@ -117,7 +124,7 @@ class SimHypervisor(LibvirtHypervisor):
 
     def _persistent_xml(self, dom: Any) -> str:
         saved = self._domain_file(dom.UUIDString())
-        return saved.read_text() if saved.is_file() else super()._persistent_xml(dom)
+        return read_text(saved, "simulator state") if saved.is_file() else super()._persistent_xml(dom)
 
     def _define(self, xml: str, domain: str) -> Any:
         with self._locked():

@@ -8,8 +8,8 @@ state that the next ``SimHost.open`` re-renders completely (``tree_generation`` 
 
 from __future__ import annotations
 
+import errno
 import fcntl
-import json
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from vgpu.fsutil import atomic_write
 from vgpu.errors import InputError
+from vgpu.inputs import InputFileError, load_json
 from vgpu.model.pci import PciAddress
 
 STATE_SCHEMA = "vgpu.sim.state/v1"
@@ -145,14 +146,16 @@ def load_state(state_dir: Path) -> SimState:
     """Read ``state_dir/state.json``. Raises InputError when missing or corrupt."""
     path = Path(state_dir) / STATE_FILE
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"no simulated host in {state_dir}",
-                         hint="create one with `vgpu sim reset` or SimHost.create()") from None
-    except OSError as exc:
-        raise InputError(f"cannot read simulated host state {path}: {exc.strerror}") from exc
+        data = load_json(path, "simulator state")  # bounded: size cap, text, nesting
+    except InputFileError as exc:
+        if exc.errno == errno.ENOENT:
+            raise InputError(f"no simulated host in {state_dir}",
+                             hint="create one with `vgpu sim reset` or SimHost.create()") from None
+        if exc.errno is not None:
+            raise
+        raise InputError(f"simulated host state {path} is corrupt ({exc.problem})",
+                         hint="rebuild it with `vgpu sim reset`") from None
     try:
-        data = json.loads(raw)
         if not isinstance(data, dict) or data.get("schema") != STATE_SCHEMA:
             raise ValueError(f"schema is not {STATE_SCHEMA}")
         return SimState.model_validate(data)

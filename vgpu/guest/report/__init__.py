@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from vgpu.errors import InputError
 from vgpu.fsutil import atomic_write
+from vgpu.inputs import write_error
 
 from vgpu.guest.report.model import ValidationReport
 
@@ -13,7 +16,7 @@ JUNIT_NAME = "validation-report.junit.xml"
 HTML_NAME = "validation-report.html"
 
 
-__all__ = ["atomic_write", "write_all", "JSON_NAME", "JUNIT_NAME", "HTML_NAME"]
+__all__ = ["atomic_write", "check_report_dir", "write_all", "JSON_NAME", "JUNIT_NAME", "HTML_NAME"]
 
 
 def write_all(report: ValidationReport, out_dir: Path) -> dict[str, Path]:
@@ -21,7 +24,23 @@ def write_all(report: ValidationReport, out_dir: Path) -> dict[str, Path]:
     from vgpu.guest.report import html, json, junit
 
     paths = {"json": out_dir / JSON_NAME, "junit": out_dir / JUNIT_NAME, "html": out_dir / HTML_NAME}
-    atomic_write(paths["json"], json.render(report))
-    atomic_write(paths["junit"], junit.render(report))
-    atomic_write(paths["html"], html.render(report))
+    try:
+        atomic_write(paths["json"], json.render(report))
+        atomic_write(paths["junit"], junit.render(report))
+        atomic_write(paths["html"], html.render(report))
+    except OSError as exc:  # full disk, permission, read-only: one line naming the directory
+        raise write_error(exc, "report directory", out_dir) from None
     return paths
+
+
+def check_report_dir(out_dir: Path) -> None:
+    """Refuse (InputError) a report directory that could not be written, before any guest runs:
+    the nearest existing ancestor must be a directory this process may write into."""
+    probe = Path(out_dir)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise InputError(f"report directory {out_dir}: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError(f"report directory {out_dir} cannot be written: {probe} is read-only or not writable "
+                         "by this user", hint="give a --report-dir you can write to")
