@@ -18,7 +18,7 @@ from vgpu.errors import InUseError, InputError, RefusedError, VgpuError
 from vgpu.host.discovery import discover
 from vgpu.host.executor import Executor, Journal, Outcome, StepHook, host_lock, lock_holder, pending_run
 from vgpu.host.holders import function_holders
-from vgpu.host.steps import Context
+from vgpu.host.steps import Context, verify_with_gim_log
 from vgpu.host.target import HostTarget
 from vgpu.inputs import InputFileError, parse_json
 from vgpu.model.inventory import Inventory
@@ -172,7 +172,8 @@ def provision(target: HostTarget, profile, *, dry_run: bool = False, force: bool
         if confirm is not None and not confirm(plan):
             raise VgpuError("not applied: the plan was not confirmed", hint="rerun with --yes to skip the question")
         baseline = current_files(target)
-        outcome = executor.run(plan, baseline, verify=lambda: _verify(target, profile))
+        outcome = executor.run(plan, baseline, verify=lambda: verify_with_gim_log(executor.ctx,
+                                                                                  lambda: _verify(target, profile)))
     return ProvisionResult(plan, outcome, recovered, False, result.warnings)
 
 

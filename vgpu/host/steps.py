@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from vgpu.errors import HostError
-from vgpu.host import binding
+from vgpu.errors import HostError, VgpuError
+from vgpu.host import binding, kmsg
 from vgpu.host.files import FileStore
 from vgpu.host.kernel import KernelOps
 from vgpu.host.paths import HostPaths
@@ -34,6 +34,7 @@ class Context:
     baseline: dict = None  # config file contents before the run started (journaled)
     vf_timeout: float = 60.0  # GIM creates VFs at probe; big hosts take a while
     hypervisor: Callable[[], Any] | None = None  # opens the Hypervisor (libvirt) the VM steps use
+    gim_reload: tuple[kmsg.Mark, dict[PciAddress, int]] | None = None  # the last reload: log mark, vf_num per PF
 
     def hv(self) -> Any:
         if self.hypervisor is None:
@@ -88,10 +89,37 @@ def _reload_prepare(step: ReloadGim, ctx: Context) -> dict:
 
 
 def _reload_apply(step: ReloadGim, ctx: Context, info: dict) -> None:
-    if ctx.module_loaded("gim"):
-        ctx.kernel.unload_module("gim")
-    ctx.kernel.load_module("gim")  # no vf_num on the command line: it would override /etc/gim_config
-    _wait_for_vfs(ctx, dict(zip(step.pfs, step.vf_num)))
+    ctx.gim_reload = (kmsg.mark(ctx.paths), dict(zip(step.pfs, step.vf_num)))
+    try:
+        if ctx.module_loaded("gim"):
+            ctx.kernel.unload_module("gim")
+        ctx.kernel.load_module("gim")  # no vf_num on the command line: it would override /etc/gim_config
+        _wait_for_vfs(ctx, dict(zip(step.pfs, step.vf_num)))
+    except VgpuError as exc:
+        raise with_gim_log(exc, ctx) from exc
+
+
+def verify_with_gim_log(ctx: Context, verify: Callable[[], None]) -> None:
+    """Run a plan's verification; when it fails after this run reloaded gim, say what GIM logged."""
+    try:
+        verify()
+    except VgpuError as exc:
+        raise with_gim_log(exc, ctx) from exc
+
+
+def with_gim_log(exc: VgpuError, ctx: Context) -> VgpuError:
+    """``exc`` with GIM's kernel-log reasons since the last gim reload appended, in the plan's terms
+    (the same exception when this run reloaded no gim or GIM logged no reason). GIM refuses a
+    vf_num by leaving the PF without VFs; only its log says why."""
+    if ctx.gim_reload is None:
+        return exc
+    since, vf_num = ctx.gim_reload
+    why = kmsg.explain(kmsg.gim_since(ctx.paths, since), vf_num)
+    if why is None:
+        return exc
+    return type(exc)(f"{exc.message}; {why}", subject=exc.subject,
+                     hint="GIM refused the configuration for the reason its log gives (a vf_num above what "
+                          "the firmware allows, say); `dmesg | grep gim` has the whole log")
 
 
 def _reload_undo(step: ReloadGim, ctx: Context, info: dict) -> None:

@@ -85,7 +85,7 @@ def _function(fspec: FunctionSpec, parent: str | None) -> Function:
             raise InputError(f"{fspec.address}: sriov.vf_device is needed (the catalog has no VF id for it)")
         sriov = Sriov(total_vfs=r["sriov"]["total_vfs"], offset=r["sriov"]["offset"],
                       stride=r["sriov"]["stride"], vf_device=r["sriov"]["vf_device"],
-                      vf_bars=[_bar(b) for b in r["sriov"]["vf_bars"]])
+                      vf_bars=[_bar(b) for b in r["sriov"]["vf_bars"]], vf_limit=r["sriov"].get("vf_limit"))
     link = r["link"]
     return Function(
         address=fspec.address, parent=parent, kind=fspec.kind, vendor=r["vendor"], device=r["device"],

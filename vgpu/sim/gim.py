@@ -8,7 +8,8 @@
   modes, which are single values for the whole hive (module parameters cannot set them); any
   other key makes GIM truncate the file and use defaults (docs/hardware.md §3);
 - VFs are enabled at probe from vf_num; a count outside the model's allowed set or above
-  TotalVFs leaves the PF without VFs and logs why;
+  TotalVFs (or the lower limit the firmware allows, the spec's ``vf_limit``) leaves the PF
+  without VFs and logs why in GIM's kernel-log format (vgpu/host/kmsg.py reads it back);
 - vf_num sets the compute partition (1 SPX, 2 DPX, 4 QPX, 8 CPX); an invalid (vf_num, compute,
   memory) combination falls back silently to NPS1 and the default compute mode; a new vf_num
   resets the partition modes GIM saved.
@@ -106,10 +107,11 @@ def probe(ctx: Ctx, pf: Function) -> None:
                 f"VF number {vf_num} is not supported, valid values: {', '.join(map(str, allowed))}", "error")
         _set_modes(pf, 1, "SPX", "NPS1")
         return
-    if vf_num > pf.sriov.total_vfs:
-        # the message a user of 8.4.0.K reported (docs/hardware.md §3)
-        gim_log(ctx, pf, "amdgv_gpuiov_set_vf_num:417",
-                f"VF number {vf_num} to be enabled exceeds the vf limit {pf.sriov.total_vfs}", "error")
+    limit = pf.sriov.total_vfs if pf.sriov.vf_limit is None else min(pf.sriov.vf_limit, pf.sriov.total_vfs)
+    if vf_num > limit:
+        # the line a user of 8.4.0.K reported (amd/MxGPU-Virtualization issue 13, docs/hardware.md §3)
+        gim_log(ctx, pf, "amdgv_parse_config_opt:1020",
+                f"VF number {vf_num} to be enabled exceeds the vf limit {limit}.", "error")
         _set_modes(pf, 1, "SPX", "NPS1")
         return
     needed = _min_gim(model, vf_num)

@@ -22,12 +22,13 @@ from pathlib import Path
 
 from vgpu.catalog import DEFAULT as CATALOG
 from vgpu.errors import HostError
+from vgpu.host.kmsg import LOG_FILE
 from vgpu.sim import gim, modules, pcicore
 from vgpu.sim.pcicore import Ctx
 from vgpu.sim.state import Fault, SimState, load_state, locked, read_tree_mark, save_state, write_tree_mark
 from vgpu.sim.tree import Tree
 
-LOG_NAME = "dmesg.log"
+LOG_NAME = LOG_FILE  # the kernel log of the tree, where vgpu.host.kmsg reads it back
 _GIM_ATTRS = ("memory_partition_mode", "accelerator_partition_profile")
 _AMDGPU_ATTRS = ("current_compute_partition", "current_memory_partition")
 

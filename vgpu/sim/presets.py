@@ -107,5 +107,6 @@ def _sriov(spec: FunctionSpec, base: dict) -> dict | None:
         "vf_device": given.vf_device if given.vf_device is not None else preset.get("vf_device"),
         "vf_bars": given.vf_bars if given.vf_bars is not None else preset.get("vf_bars", ()),
         "initial_vfs": given.initial_vfs,
+        "vf_limit": given.vf_limit,
     }
     return out

@@ -92,6 +92,9 @@ class SriovSpec(_Strict):
     vf_bars: tuple[BarSpec, ...] | None = None
     initial_vfs: int = Field(0, ge=0, description="VFs enabled at build via sriov_numvfs (drivers with "
                                                       "sriov_configure only, e.g. mlx5_core)")
+    vf_limit: int | None = Field(None, ge=0, description="the VF count the GPU's firmware allows, which GIM "
+                                                         "enforces at probe (default total_vfs): a host whose "
+                                                         "firmware allows fewer VFs than TotalVFs advertises")
 
     @model_validator(mode="after")
     def _initial_within_total(self) -> "SriovSpec":

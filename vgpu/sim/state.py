@@ -43,6 +43,7 @@ class Sriov(BaseModel):
     vf_device: int
     num_vfs: int = 0
     vf_bars: list[Bar] = Field(default_factory=list)  # per-VF sizes; start = IOV BAR start
+    vf_limit: int | None = None  # what the firmware allows GIM to enable (None: total_vfs)
 
 
 class Function(BaseModel):
