@@ -216,10 +216,10 @@ def report(ctx: click.Context, sources: tuple[Path, ...], report_dir: Path, quie
     from vgpu.guest.report import check_report_dir, write_all
     from vgpu.guest.report.model import merge
 
+    check_report_dir(report_dir)
     loaded = [json_report.load(p) for p in sources]
     if len(loaded) == 1:
         merged = loaded[0]
-    check_report_dir(report_dir)
     else:
         now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         merged = merge(loaded, generated=now, vgpu_version=__version__)
