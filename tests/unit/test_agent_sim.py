@@ -69,6 +69,8 @@ def test_slow_guest_fails_the_fp8_and_bandwidth_thresholds_only(results):
     failed = sorted(n for n, c in checks.items() if c["status"] == "fail")
     assert failed == ["fp8.hipblaslt", "fp8.torch", "hip.bandwidth"]
     assert checks["fp8.hipblaslt"]["measured"] == 520.0 and checks["fp8.hipblaslt"]["expected"] == 891.1
+    # what hipblaslt-bench's banner says about where it ran goes into the report (issue 9)
+    assert "(device 0 of 1: AMD Instinct MI300X VF gfx942)" in checks["fp8.hipblaslt"]["detail"]
     assert checks["hip.bandwidth"]["measured"] < checks["hip.bandwidth"]["expected"]
 
 

@@ -146,3 +146,101 @@ def test_fragment_parses_cut_metric_clock_record():
 def test_foreign_or_empty_output_raises_parse_error(parser, text):
     with pytest.raises(ParseError):
         parser(text)
+
+
+# --- issue 9: outputs of shapes the parsers had not seen -----------------------------------------
+
+# `amd-smi monitor -p -t -v -w 1 -i 2` on two GPUs, as amdsmi_cli prints it: the watch banner, then
+# per sample a header whose 'TIMESTAMP'.rjust(10) starts with a space, the rows, and print("\n").
+MONITOR_WATCH = """'CTRL' + 'C' to stop watching output:
+ TIMESTAMP  GPU  POWER  GPU_TEMP  MEM_TEMP  VRAM_USED  VRAM_TOTAL
+1733226101    0  171 W     32 \u00b0C     33 \u00b0C     283 MB   196300 MB
+1733226101    1    N/A     33 \u00b0C       N/A     283 MB   196300 MB
+
+
+ TIMESTAMP  GPU  POWER  GPU_TEMP  MEM_TEMP  VRAM_USED  VRAM_TOTAL
+1733226102    0  174 W     33 \u00b0C     33 \u00b0C    1283 MB   196300 MB
+1733226102    1    N/A     33 \u00b0C       N/A     283 MB   196300 MB
+
+
+"""
+
+
+def test_monitor_watch_output_gives_every_sample_with_its_timestamp():
+    rows = parse_amdsmi_monitor(MONITOR_WATCH)
+    assert [(r.timestamp, r.gpu) for r in rows] == [(1733226101, 0), (1733226101, 1), (1733226102, 0),
+                                                    (1733226102, 1)]
+    assert rows[0].value("POWER") == 171.0 and rows[1].value("POWER") is None
+    assert rows[2].vram_used_mb == 1283.0 and {r.vram_total_mb for r in rows} == {196300.0}
+    assert rows[3].cells["MEM_TEMP"] == "N/A" and rows[3].cells["TIMESTAMP"] == "1733226102"
+
+
+def test_monitor_watch_with_the_process_table_and_a_prompt_keeps_only_metric_rows():
+    text = ("user@mi300x-host:~$ amd-smi monitor -p -q -w 5\n" + MONITOR_WATCH.split("\n\n\n")[0] + "\n\n"
+            "PROCESS INFO:\n"
+            " TIMESTAMP  GPU                  NAME      PID   GTT_MEM   CPU_MEM  VRAM_MEM  MEM_USAGE     GFX     ENC\n"
+            "1733226101    0                python  1234567    2.0 MB   76.8 MB    1.5 GB     1.6 GB     0 ns    0 ns\n"
+            "user@mi300x-host:~$ \n")
+    rows = parse_amdsmi_monitor(text)
+    assert [(r.timestamp, r.gpu) for r in rows] == [(1733226101, 0), (1733226101, 1)]
+    assert all("PID" not in r.cells for r in rows)
+
+
+def test_monitor_watch_stopped_before_its_first_sample_has_no_rows():
+    assert parse_amdsmi_monitor("'CTRL' + 'C' to stop watching output:\n^C\n") == []
+
+
+# What the GIM host's amd-smi printed in amd/MxGPU-Virtualization issue 13, prompts and all.
+GIM_PARTITION_TRANSCRIPT = """ubuntu@gpu-host:~$ sudo amd-smi partition --accelerator
+
+ubuntu@gpu-host:~$ sudo amd-smi partition --memory
+
+ubuntu@gpu-host:~$
+"""
+
+
+@pytest.mark.parametrize("text", ["\n", "", GIM_PARTITION_TRANSCRIPT, "$ amd-smi partition --memory\n\n"])
+def test_partition_on_a_gim_host_prints_no_tables_and_means_no_partition_data(text):
+    parts = parse_amdsmi_partition(text)
+    assert parts.empty and parts.note == "no partition data"
+    assert parts.compute_partition(0) is None and parts.memory_partition(0) is None
+
+
+def test_partition_memory_and_accelerator_forms_alone():
+    memory = ("$ amd-smi partition --memory\n"
+              "MEMORY_PARTITION:\n"
+              "GPU_ID  MEMORY_PARTITION_CAPS  CURRENT_MEMORY_PARTITION\n"
+              "0       NPS1, NPS4             NPS4\n"
+              "1       NPS1, NPS4             N/A\n")
+    parts = parse_amdsmi_partition(memory)
+    assert parts.memory_partition(0) == "NPS4" and parts.memory_partition(1) is None
+    assert parts.tables["MEMORY_PARTITION"][0]["MEMORY_PARTITION_CAPS"] == "NPS1, NPS4" and parts.note is None
+    full = fixture("guest-partition-mi325x-vf-spx-nps1.txt")
+    accelerator = full[full.index("ACCELERATOR_PARTITION_PROFILES:"):]
+    parts = parse_amdsmi_partition(accelerator)
+    assert "CURRENT_PARTITION" not in parts.tables and parts.compute_partition(0) == "SPX"
+    assert [p.accelerator_type for p in parts.profiles] == ["SPX", "DPX", "QPX", "CPX"]
+
+
+# The inbox amdgpu (no amdgpu-dkms): amd-smi reports the kernel's /proc/version string as the
+# amdgpu version, in the one-line text form and in --json.
+PROC_VERSION = ("Linux version 6.8.0-52-generic (buildd@lcy02-amd64-046) (x86_64-linux-gnu-gcc-13 "
+                "(Ubuntu 13.3.0-6ubuntu2~24.04) 13.3.0, GNU ld (GNU Binutils for Ubuntu) 2.42) #53-Ubuntu SMP "
+                "PREEMPT_DYNAMIC Sat Jan 11 00:06:25 UTC 2025")
+
+
+@pytest.mark.parametrize("text", [
+    "AMDSMI Tool: 24.7.1+0012a68 | AMDSMI Library version: 24.7.1.0 | ROCm version: 6.3.1 | "
+    "amdgpu version: %s | hsmp version: N/A\n" % PROC_VERSION,
+    '[\n    {\n        "tool": "AMDSMI Tool",\n        "version": "24.7.1+0012a68",\n'
+    '        "amdsmi_library_version": "24.7.1.0",\n        "rocm_version": "6.3.1",\n'
+    '        "amdgpu_version": "%s",\n        "amd_hsmp_driver_version": "N/A"\n    }\n]' % PROC_VERSION,
+])
+def test_version_with_the_inbox_driver_keeps_the_kernel_release(text):
+    version = parse_amdsmi_version(text)
+    assert version.amdgpu_version is None and version.kernel_release == "6.8.0-52-generic"
+    assert version.rocm_version == "6.3.1" and version.fields["amdgpu_version"] == PROC_VERSION
+
+
+def test_version_with_a_driver_version_has_no_kernel_release():
+    assert parse_amdsmi_version(fixture("dell-version-json-root.txt")).kernel_release is None

@@ -79,3 +79,34 @@ def test_banner_without_result_gives_empty_rows():
 def test_empty_or_foreign_output_raises_parse_error(text):
     with pytest.raises(ParseError):
         parse_hipblaslt_bench(text)
+
+
+# issue 9: what the banner says about the run belongs in the report (a throttled clock explains a
+# slow result). hipblaslt-bench prints it as in the MI350X fixture; here on an 8-GPU host.
+MULTI_DEVICE_BANNER = """hipBLASLt version: 1000
+hipBLASLt git version: 8c3e7a1
+Query device success: there are 8 devices. (Target device ID is 3)
+Device ID 3 : AMD Instinct MI300X gfx942:sramecc+:xnack-
+with 191.7 GB memory, max. SCLK 2100 MHz, max. MCLK 1300 MHz, compute capability 9.4
+maxGridDimX 2147483647, sharedMemPerBlock 65.5 KB, maxThreadsPerBlock 1024, warpSize 64
+
+Is supported 1 / Total solutions: 1
+[0]:transA,transB,m,n,k,a_type,hipblaslt-Gflops,hipblaslt-GB/s,us
+    N,N,4096,4096,4096,f8_fnuz_r,1.2e+06,420.1,114.5
+"""
+
+
+def test_banner_device_count_target_device_and_clocks():
+    run = parse_hipblaslt_bench(MULTI_DEVICE_BANNER)
+    assert (run.device_count, run.target_device, run.device_id) == (8, 3, 3)
+    assert (run.device_name, run.gfx_target, run.memory_gb) == ("AMD Instinct MI300X", "gfx942", 191.7)
+    assert (run.max_sclk_mhz, run.max_mclk_mhz, run.compute_capability) == (2100.0, 1300.0, "9.4")
+    assert run.device_summary == "device 3 of 8: AMD Instinct MI300X gfx942, max SCLK 2100 MHz, max MCLK 1300 MHz"
+    assert run.banner[2].startswith("Query device success") and run.rows[0].gflops == 1.2e06
+
+
+def test_fixture_banner_and_a_run_without_banner():
+    run = parse_hipblaslt_bench(fixture("hipblaslt-bench-mi350x-bf16-print-kernel-info.txt"))
+    assert (run.device_count, run.target_device, run.max_sclk_mhz, run.max_mclk_mhz) == (1, 0, 2200.0, 1900.0)
+    bare = parse_hipblaslt_bench(fixture("hipblaslt-bench-readme-freq.txt"))
+    assert bare.device_count is None and bare.device_summary == ""

@@ -85,3 +85,32 @@ def test_empty_grep_output_means_no_device():
 def test_foreign_output_raises_parse_error():
     with pytest.raises(ParseError):
         parse_lspci("pcilib: Cannot open /proc/bus/pci\n")
+
+
+# issue 9: a guest whose pci.ids has no name for the VF; lspci then prints the device id in hex.
+def test_unnamed_device_without_ids_still_gives_the_device_id():
+    text = ("user@vf-guest:~$ lspci -k | grep -A 3 -i amd\n"
+            "09:00.0 Processing accelerators: Advanced Micro Devices, Inc. [AMD/ATI] Device 74b5\n"
+            "\tSubsystem: Advanced Micro Devices, Inc. [AMD/ATI] Device 74a1\n"
+            "\tKernel driver in use: amdgpu\n"
+            "\tKernel modules: amdgpu\n"
+            "user@vf-guest:~$\n")
+    (vf,) = parse_lspci(text)
+    assert (vf.device_id, vf.vendor_id, vf.ids) == (0x74B5, None, None)  # the vendor id is not printed
+    assert vf.description == "Advanced Micro Devices, Inc. [AMD/ATI] Device 74b5"
+    assert (vf.subsystem_device_id, vf.subsystem_vendor_id, vf.driver) == (0x74A1, None, "amdgpu")
+    assert "user@vf-guest" not in str(vf.details)
+
+
+def test_unnamed_vendor_and_device_give_both_ids_in_any_case():
+    (qemu, upper) = parse_lspci("00:02.0 VGA compatible controller: Device 1234:1111 (rev 02)\n"
+                                "0A:00.0 Processing accelerators: Advanced Micro Devices, Inc. [AMD/ATI] "
+                                "Device 74B5 (rev 01)\n")
+    assert (qemu.ids, qemu.revision) == ("1234:1111", 2)
+    assert (upper.bdf, upper.device_id, upper.revision) == ("0000:0a:00.0", 0x74B5, 1)
+
+
+def test_named_devices_invent_no_id_from_their_name():
+    (dev,) = parse_lspci("05:00.0 Processing accelerators: Advanced Micro Devices, Inc. [AMD/ATI] "
+                         "Aqua Vanjaram [Instinct MI300X]\n")
+    assert dev.device_id is None and dev.vendor_id is None

@@ -129,3 +129,27 @@ def test_na_partition_cells_become_none():
 def test_empty_or_foreign_output_raises_parse_error(parser, text):
     with pytest.raises(ParseError):
         parser(text)
+
+
+# issue 9: a wrapper script echoes its own '=== ... ===' lines around rocm-smi's output.
+def test_a_wrappers_echo_lines_are_not_rocm_smi_sections():
+    real = fixture("baremetal-concise-8x-mi300x-rocm6.4.2.txt")
+    text = ("=== rocm-smi on gpu-node-07 ===\n" + real + "\n=== exit code 0 ===\n"
+            "========== collected by healthcheck.sh ==========\n")
+    smi = parse_rocmsmi(text)
+    assert smi.sections == ["ROCm System Management Interface", "Concise Info", "End of ROCm SMI Log"]
+    assert len(smi.gpus) == 8 and smi.gpu(7).guid == 10985
+
+
+def test_only_a_wrappers_echo_lines_is_not_rocm_smi_output():
+    with pytest.raises(ParseError):
+        parse_rocmsmi("=== rocm-smi ===\n=== done ===\n")
+
+
+def test_concise_table_in_another_column_order_is_read_by_header_name():
+    text = ("=============================== ROCm System Management Interface ===============================\n"
+            "Temp        Device  Power     IDs              GPU%\n"
+            "(Junction)          (Socket)  (DID,     GUID)\n"
+            "51.0\u00b0C      0       N/A       0x74A1,   55354  0%\n")
+    (gpu,) = parse_rocmsmi(text).gpus
+    assert (gpu.index, gpu.temperature_c, gpu.power_w, gpu.device_id, gpu.guid) == (0, 51.0, None, 0x74A1, 55354)

@@ -115,30 +115,34 @@ def check_hipblaslt(ctx: Context) -> List[CheckResult]:
 
 
 def _bench_row(ctx: Context, argv: List[str]):
-    """(row, "") for the first result row, or (None, why)."""
+    """(row, "", device) for the first result row, or (None, why, device); device is what the
+    banner says about where it ran (count, device, max SCLK/MCLK: a throttled clock explains a
+    slow result), "" without a banner."""
     from .parsers.common import ParseError
     from .parsers.hipblaslt import parse_hipblaslt_bench
 
     run = ctx.guest.run(argv, base.TIMEOUTS["workload"], cwd=ctx.workdir)
     if not run.ok:
-        return None, run.why()
+        return None, run.why(), ""
     try:
-        rows = parse_hipblaslt_bench(run.stdout).rows
+        bench = parse_hipblaslt_bench(run.stdout)
     except ParseError as exc:
-        return None, "hipblaslt-bench output not understood: %s" % exc
-    return (rows[0], "") if rows else (None, "hipblaslt-bench printed no result row")
+        return None, "hipblaslt-bench output not understood: %s" % exc, ""
+    device = bench.device_summary
+    return (bench.rows[0], "", device) if bench.rows else (None, "hipblaslt-bench printed no result row", device)
 
 
 def _hipblaslt_perf(ctx: Context, size: int) -> CheckResult:
-    row, why = _bench_row(ctx, hipblaslt_argv(ctx, size, verify=False))
+    row, why, device = _bench_row(ctx, hipblaslt_argv(ctx, size, verify=False))
     if row is None or row.gflops is None:
         return error("fp8.hipblaslt", why or "hipblaslt-bench printed no hipblaslt-Gflops")
     detail = "%s GEMM %dx%dx%d, %s us per call" % (ctx.expect["fp8"]["hipblaslt_type"], size, size, size, row.us)
+    detail += " (%s)" % device if device else ""
     return against("fp8.hipblaslt", row.gflops / 1000.0, ctx.threshold("fp8_tflops"), detail)
 
 
 def _hipblaslt_verify(ctx: Context) -> CheckResult:
-    row, why = _bench_row(ctx, hipblaslt_argv(ctx, VERIFY_SHAPE, verify=True))
+    row, why, _ = _bench_row(ctx, hipblaslt_argv(ctx, VERIFY_SHAPE, verify=True))
     if row is None:
         return error("fp8.hipblaslt.verify", why, HIPBLASLT_NORM_ERROR_BOUND)
     if row.norm_error is None:

@@ -11,9 +11,9 @@ from typing import Any, Dict, List, Optional
 
 from .amdsmi import SmiGpu
 from .blocks import parse_blocks, to_dict
-from .common import (ParseError, is_na, is_truncation, json_payload, lines_of, normalize_bdf,
-                     parse_int, parse_quantity, require_text, size_mb)
-from .tables import aligned_rows, ratio, unit_rows
+from .common import (ParseError, is_na, is_noise, json_payload, lines_of, normalize_bdf, parse_int,
+                     parse_quantity, require_text, size_mb)
+from .tables import aligned_rows, header_names, ratio, unit_cells
 
 _VERSION = re.compile(r"^\d+(?:\.\d+)+")
 
@@ -21,14 +21,27 @@ _VERSION = re.compile(r"^\d+(?:\.\d+)+")
 @dataclass
 class SmiVersion:
     """``amd-smi version``. A field the tool could not read (e.g. amdgpu_version as non-root, which
-    prints an error string there) is None; ``fields`` keeps every key as printed (lower-case)."""
+    prints an error string there) is None; ``fields`` keeps every key as printed (lower-case).
+
+    With the kernel's inbox amdgpu (no amdgpu-dkms), amd-smi prints the kernel's /proc/version
+    string ("Linux version 6.8.0-45-generic (buildd@...) ...") as the amdgpu version: that is no
+    driver version, so ``amdgpu_version`` stays None and ``kernel_release`` keeps "6.8.0-45-generic"."""
 
     tool_name: Optional[str] = None
     tool_version: Optional[str] = None
     library_version: Optional[str] = None
     rocm_version: Optional[str] = None
     amdgpu_version: Optional[str] = None
+    kernel_release: Optional[str] = None
     fields: Dict[str, str] = field(default_factory=dict)
+
+
+_PROC_VERSION = re.compile(r"^Linux version (\S+)")
+
+
+def _kernel_release(value: Any) -> Optional[str]:
+    match = _PROC_VERSION.match("" if value is None else str(value).strip())
+    return match.group(1) if match else None
 
 
 def _version(value: Any) -> Optional[str]:
@@ -71,6 +84,7 @@ def parse_amdsmi_version(text: str) -> SmiVersion:
         library_version=_version(pairs.get("amdsmi_library_version") or pairs.get("lib_version")),
         rocm_version=_version(pairs.get("rocm_version")),
         amdgpu_version=_version(pairs.get("amdgpu_version")),
+        kernel_release=_kernel_release(pairs.get("amdgpu_version")),
         fields=pairs)
     if not (found.tool_version or found.library_version or found.rocm_version):
         raise ParseError("not amd-smi version output: no tool, library or ROCm version found")
@@ -138,10 +152,12 @@ def parse_amdsmi_default(text: str) -> SmiSummary:
 
 @dataclass
 class MonitorRow:
-    """One row of ``amd-smi monitor``; ``cells`` maps header name to the cell as printed."""
+    """One row of ``amd-smi monitor``; ``cells`` maps header name to the cell as printed (every
+    column, known or not). ``timestamp`` is the TIMESTAMP column of ``--watch`` output (epoch s)."""
 
     gpu: int
     xcp: Optional[int] = None
+    timestamp: Optional[int] = None
     cells: Dict[str, str] = field(default_factory=dict)
 
     def value(self, name: str) -> Optional[float]:
@@ -164,42 +180,86 @@ class MonitorRow:
         return size_mb("%s %s" % (usage[0], usage[2])) if usage else None
 
 
+WATCH_BANNER = "'CTRL' + 'C' to stop watching output:"  # amd-smi --watch prints it first
+# A monitor header name: "GPU", "GPU_TEMP", "GFX%", "VRAM_USAGE", "TIMESTAMP" (markup stripped).
+_MONITOR_NAME = re.compile(r"^[A-Z][A-Z0-9_%#]*$")
+
+
+def _monitor_header(line: str) -> Optional[List[str]]:
+    """The column names when ``line`` is a monitor header (upper-case names, one of them GPU)."""
+    names = header_names(line)
+    if len(names) > 1 and "GPU" in names and all(_MONITOR_NAME.match(name) for name in names):
+        return names
+    return None
+
+
+def _monitor_row(names: List[str], line: str) -> Optional[MonitorRow]:
+    cells = unit_cells(line)
+    if len(cells) != len(names):
+        return None
+    row = dict(zip(names, cells))
+    gpu = parse_int(row["GPU"])
+    if gpu is None:
+        return None
+    return MonitorRow(gpu=gpu, xcp=parse_int(row.get("XCP")), timestamp=parse_int(row.get("TIMESTAMP")),
+                      cells=row)
+
+
 def parse_amdsmi_monitor(text: str) -> List[MonitorRow]:
-    """Parse ``amd-smi monitor`` tables (any column selection, right-aligned cells with units,
-    N/A cells, publisher markup like "**GFX_UTIL**"). Rows whose cell count does not match the
-    header are skipped. Raises ParseError without a header line starting with "GPU"."""
+    """Parse ``amd-smi monitor`` tables: any column selection and order, right-aligned cells with
+    units, N/A cells, publisher markup ("**GFX_UTIL**"), and ``--watch`` output (the "'CTRL' + 'C'"
+    line, a TIMESTAMP column, the header repeated per sample, the PROCESS INFO table, which is
+    skipped). Rows are keyed by the header above them; a row whose cells do not match it is
+    skipped. Raises ParseError when no header line names a GPU column."""
     require_text(text, "amd-smi monitor")
-    lines = [line for line in lines_of(text) if line.strip() and not is_truncation(line)]
-    header_at = next((i for i, line in enumerate(lines) if line.split()[0].strip("*") == "GPU"
-                      and len(line.split()) > 1), None)
-    if header_at is None:
-        raise ParseError("not amd-smi monitor output: no header line starting with 'GPU'")
-    rows, _ = unit_rows(lines[header_at], lines[header_at + 1:])
-    result = []
-    for cells in rows:
-        gpu = parse_int(cells.get("GPU"))
-        if gpu is not None:
-            result.append(MonitorRow(gpu=gpu, xcp=parse_int(cells.get("XCP")), cells=cells))
+    result: List[MonitorRow] = []
+    names: Optional[List[str]] = None
+    seen = False
+    for line in lines_of(text):
+        if is_noise(line):
+            continue
+        header = _monitor_header(line)
+        if header is not None:
+            seen = True
+            names = None if "PID" in header else header  # the process table of `monitor -q`
+            continue
+        row = _monitor_row(names, line) if names else None
+        if row is not None:
+            result.append(row)
+    if not seen and WATCH_BANNER not in text:  # a watch stopped before its first sample printed nothing else
+        raise ParseError("not amd-smi monitor output: no header line with a GPU column")
     return result
 
 
-def parse_amdsmi_tables(text: str) -> Dict[str, List[Dict[str, str]]]:
-    """Parse left-aligned tables, each optionally titled by a "NAME:" line and separated by blank
-    lines (``amd-smi partition``, ``ras --cper``). Returns {title: rows}; an untitled table is
-    keyed "". Lines before a table without two-space gaps (warnings, legends) are ignored."""
-    require_text(text, "amd-smi")
+def _tables(text: str) -> Dict[str, List[Dict[str, str]]]:
+    """Every left-aligned table in ``text`` as {title: rows}; {} when there is none."""
     tables: Dict[str, List[Dict[str, str]]] = {}
     title = ""
     block: List[str] = []
     for line in lines_of(text) + [""]:
         stripped = line.strip()
-        if stripped.endswith(":") and "  " not in stripped and not block:
-            title = stripped[:-1]
-        elif stripped and "  " in stripped:
-            block.append(line)
+        if stripped and is_noise(line):
+            continue  # a prompt line or '...' between tables
+        if block and stripped:
+            block.append(line)  # a row, however few cells it fills
         elif block:
             tables[title] = aligned_rows(block[0], block[1:])
             title, block = "", []
+        elif stripped.endswith(":") and "  " not in stripped:
+            title = stripped[:-1]
+        elif "  " in stripped:
+            block.append(line)  # a header: two or more names two spaces apart
+    return tables
+
+
+def parse_amdsmi_tables(text: str) -> Dict[str, List[Dict[str, str]]]:
+    """Parse left-aligned tables, each optionally titled by a "NAME:" line and separated by blank
+    lines (``amd-smi partition``, ``ras --cper``). Returns {title: rows}; an untitled table is
+    keyed "". Rows are keyed by header name, so any column subset and order reads the same; cells
+    are as printed ("" in continuation rows). Lines before a table without two-space gaps
+    (warnings, legends) and shell prompt lines are ignored. Raises ParseError without a table."""
+    require_text(text, "amd-smi")
+    tables = _tables(text)
     if not tables:
         raise ParseError("no aligned table found in amd-smi output")
     return tables
@@ -219,24 +279,40 @@ class AcceleratorProfile:
 
 @dataclass
 class SmiPartitions:
-    """``amd-smi partition``: current modes per GPU, the accelerator profiles, and every table."""
+    """``amd-smi partition``: current modes per GPU, the accelerator profiles, and every table.
+
+    ``note`` is "no partition data" when the tool printed no table at all, as the GIM host's
+    amd-smi does for ``partition --accelerator`` and ``--memory`` (only an empty line)."""
 
     current: Dict[int, Dict[str, str]] = field(default_factory=dict)
     profiles: List[AcceleratorProfile] = field(default_factory=list)
     tables: Dict[str, List[Dict[str, str]]] = field(default_factory=dict)
+    note: Optional[str] = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.tables
 
     def compute_partition(self, gpu: int = 0) -> Optional[str]:
-        return self.current.get(gpu, {}).get("ACCELERATOR_TYPE") or None
+        found = self.current.get(gpu, {}).get("ACCELERATOR_TYPE")
+        if not found:  # `partition --accelerator`: the profile marked '*'
+            found = next((p.accelerator_type for p in self.profiles if p.gpu == gpu and p.current), None)
+        return None if is_na(found) else found
 
     def memory_partition(self, gpu: int = 0) -> Optional[str]:
-        return self.current.get(gpu, {}).get("MEMORY") or None
+        found = self.current.get(gpu, {}).get("MEMORY")
+        if not found:  # `partition --memory`
+            found = next((row.get("CURRENT_MEMORY_PARTITION") for row in self.tables.get("MEMORY_PARTITION", [])
+                          if parse_int(row.get("GPU_ID")) == gpu), None)
+        return None if is_na(found) else found
 
 
 def _profiles(rows: List[Dict[str, str]]) -> List[AcceleratorProfile]:
     profiles: List[AcceleratorProfile] = []
     gpu = 0
     for row in rows:
-        gpu = parse_int(row.get("GPU_ID")) if row.get("GPU_ID") else gpu
+        listed = parse_int(row.get("GPU_ID"))
+        gpu = gpu if listed is None else listed
         index = parse_int(row.get("PROFILE_INDEX"))
         kind = row.get("ACCELERATOR_TYPE", "")
         if index is not None:  # a profile row; rows with an empty index continue its resources
@@ -249,14 +325,25 @@ def _profiles(rows: List[Dict[str, str]]) -> List[AcceleratorProfile]:
     return profiles
 
 
+PARTITION_TABLES = ("CURRENT_PARTITION", "MEMORY_PARTITION", "ACCELERATOR_PARTITION_PROFILES",
+                    "ACCELERATOR_PARTITION_RESOURCES")
+NO_PARTITION_DATA = "no partition data"
+
+
 def parse_amdsmi_partition(text: str) -> SmiPartitions:
-    """Parse ``amd-smi partition`` (CURRENT_PARTITION, MEMORY_PARTITION, ACCELERATOR_PARTITION_PROFILES
-    and _RESOURCES tables). Raises ParseError when there is no CURRENT_PARTITION table."""
-    tables = parse_amdsmi_tables(text)
-    if "CURRENT_PARTITION" not in tables:
-        raise ParseError("not amd-smi partition output: no CURRENT_PARTITION table")
+    """Parse ``amd-smi partition`` and its ``--current``, ``--memory`` and ``--accelerator`` forms
+    (any of the CURRENT_PARTITION, MEMORY_PARTITION, ACCELERATOR_PARTITION_PROFILES and _RESOURCES
+    tables). Output with no table at all (nothing, or an empty line between prompt lines: the GIM
+    host's amd-smi) gives an empty result with ``note`` "no partition data". Raises ParseError
+    only for text that holds something else."""
+    text = text or ""
+    if all(is_noise(line) for line in lines_of(text)):
+        return SmiPartitions(note=NO_PARTITION_DATA)
+    tables = _tables(text)
+    if not any(name in tables for name in PARTITION_TABLES):
+        raise ParseError("not amd-smi partition output: no %s table" % " / ".join(PARTITION_TABLES[:3]))
     result = SmiPartitions(tables=tables)
-    for row in tables["CURRENT_PARTITION"]:
+    for row in tables.get("CURRENT_PARTITION", []):
         gpu = parse_int(row.get("GPU_ID"))
         if gpu is not None:
             result.current[gpu] = row

@@ -48,6 +48,23 @@ def is_truncation(line: str) -> bool:
     return bool(_TRUNCATION.match(line.strip()))
 
 
+# Shell prompt lines that captures keep around the output: "$ amd-smi ...", "# rocm-smi",
+# "ubuntu@host:~$ sudo amd-smi partition", "[root@host ~]# lspci", "PS C:\\> amd-smi.exe ...".
+_PROMPT = re.compile(r"^(?:\$|#|>|PS [A-Za-z]:\\[^>]*>"
+                     r"|\[[^\]\s]+@[^\]]+\][$#]"
+                     r"|(?:\([^)\s]+\)\s*)?[\w.-]+@[\w.-]+:[^\s$#]*[$#])(?:\s|$)")
+
+
+def is_prompt(line: str) -> bool:
+    """True for a shell prompt line a capture kept ("$ cmd", "user@host:~$ cmd", "[root@h ~]# cmd")."""
+    return bool(_PROMPT.match(line.strip()))
+
+
+def is_noise(line: str) -> bool:
+    """Blank lines, truncation markers and prompt lines: never part of a tool's output."""
+    return not line.strip() or is_truncation(line) or is_prompt(line)
+
+
 def is_na(value: Any) -> bool:
     """True for None and the tools' "no data" spellings ("N/A", "N/A mV", "Not supported")."""
     if value is None:

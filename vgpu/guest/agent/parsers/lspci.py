@@ -13,12 +13,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from .common import ParseError, lines_of, normalize_bdf, parse_float, parse_int
+from .common import ParseError, is_noise, lines_of, normalize_bdf, parse_float, parse_int
 
 _DEVICE = re.compile(
     r"^(?P<bdf>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+"
     r"(?P<cls>[^:\[]+?)(?:\s+\[(?P<class_id>[0-9a-fA-F]{4})\])?:\s+(?P<desc>.*)$")
 _IDS = re.compile(r"\s*\[(?P<vendor>[0-9a-fA-F]{4}):(?P<device>[0-9a-fA-F]{4})\]")
+# What lspci prints when pci.ids has no name: "Device 74b5" (vendor known), "Device 1234:1111"
+# (vendor unknown too); with -nn "Device [1002:74b5]" (read by _IDS).
+_UNNAMED = re.compile(r"(?:^|\s)Device (?:(?P<vendor>[0-9a-fA-F]{4}):)?(?P<device>[0-9a-fA-F]{4})$")
 _REV = re.compile(r"\s*\(rev\s+(?P<rev>[0-9a-fA-F]+)\)")
 _PROG_IF = re.compile(r"\s*\(prog-if\s+[^)]*\)")
 
@@ -54,10 +57,15 @@ def _strip_comment(value: str) -> str:
 
 
 def _take_ids(text: str):
-    """(text without its trailing "[vvvv:dddd]", vendor, device)."""
+    """(text without its trailing "[vvvv:dddd]", vendor, device). Without ids, an unnamed
+    "Device 74b5" still gives the device id (and "Device 1234:1111" both); the text is kept."""
     matches = list(_IDS.finditer(text))
     if not matches:
-        return text.strip(), None, None
+        unnamed = _UNNAMED.search(text.strip())
+        if unnamed is None:
+            return text.strip(), None, None
+        vendor = unnamed.group("vendor")
+        return text.strip(), int(vendor, 16) if vendor else None, int(unnamed.group("device"), 16)
     last = matches[-1]
     return (text[:last.start()] + text[last.end():]).strip(), int(last.group("vendor"), 16), \
         int(last.group("device"), 16)
@@ -89,14 +97,14 @@ def _detail(device: LspciDevice, key: str, value: str) -> None:
 def parse_lspci(text: str) -> List[LspciDevice]:
     """Parse ``lspci``, ``lspci -nn``, ``-nnk``/``-nnkk`` (also cut by grep) into devices in order.
 
-    Empty output gives [] (grep matched nothing). Raises ParseError when non-empty text holds no
-    device line.
+    Empty output gives [] (grep matched nothing); shell prompt lines around the output are
+    skipped. Raises ParseError when other text holds no device line.
     """
     devices: List[LspciDevice] = []
     meaningful = 0
     for line in lines_of(text or ""):
         stripped = line.strip()
-        if not stripped or stripped == "--":
+        if is_noise(line) or stripped == "--":
             continue
         meaningful += 1
         match = _DEVICE.match(stripped)

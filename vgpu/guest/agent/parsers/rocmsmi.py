@@ -10,12 +10,27 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from .common import (ParseError, is_na, is_truncation, lines_of, normalize_bdf, parse_float,
+from .common import (ParseError, is_na, is_noise, lines_of, normalize_bdf, parse_float,
                      parse_int, require_text)
 from .tables import column_starts, cut_row
 
 _GPU_LINE = re.compile(r"^\s*GPU\[(\d+)\]\s*(?:XCP\[(\d+)\]\s*)?:\s?(.*)$")
-_BANNER = re.compile(r"^\s*=+\s*(.*?)\s*=+\s*$")
+# rocm-smi's printLogSpacer: the title centred in a line of '=' as wide as the tool's output
+# (90, 116, 122 columns across versions), or a line of '=' alone. Wrapper scripts' echo lines
+# ("=== GPU info ===") are narrower or lopsided and are not sections.
+_BANNER = re.compile(r"^\s?(?P<left>=+)(?: (?P<title>\S.*?) (?P<right>=+))?$")
+_BANNER_MIN_WIDTH = 60
+
+
+def _banner(line: str) -> Optional[str]:
+    """The title of a rocm-smi banner line ("" for a plain '=' rule), or None for any other line."""
+    match = _BANNER.match(line.rstrip())
+    if match is None or len(line.strip()) < _BANNER_MIN_WIDTH:
+        return None
+    if match.group("title") is None:
+        return ""
+    left, right = len(match.group("left")), len(match.group("right"))
+    return match.group("title") if abs(left - right) <= 2 else None
 
 
 @dataclass
@@ -142,24 +157,32 @@ def _concise_cell(gpu: RocmSmiGpu, name: str, cell: str) -> None:
         gpu.gpu_percent = parse_float(cell)
 
 
+# Header names of the concise table (ROCm 6.1 and 6.2+) and of --showhw; a table is found by
+# its header line naming the index column ("Device", "GPU") and at least two of these.
+_CONCISE = {"Node", "IDs", "[Model : Revision]", "Temp", "Power", "Partitions", "SCLK", "MCLK", "Fan",
+            "Perf", "PwrCap", "VRAM%", "GPU%"}
+_SHOWHW = {"NODE", "DID", "GUID", "GFX VER", "GFX RAS", "SDMA RAS", "UMC RAS", "VBIOS", "BUS", "PARTITION ID"}
+
+
 def _concise(result: RocmSmi, header: str, rows: List[str]) -> None:
-    """The concise table: the first header line names the columns; ROCm 6.1 prints the device name
-    on its own line under each row (and "Name (20 chars)" in the second header line)."""
+    """The concise table, keyed by header name (any columns, any order); ROCm 6.1 prints the
+    device name on its own line under each row (and "Name (20 chars)" in the second header line)."""
     columns = column_starts(header)
     starts, names = [c[0] for c in columns], [c[1] for c in columns]
     last: Optional[RocmSmiGpu] = None
     for line in rows:
-        if _BANNER.match(line) or line.lstrip().startswith("("):
+        if _banner(line) is not None or line.lstrip().startswith("("):
             continue
-        cells = cut_row(line, starts)
-        index = parse_int(cells[0])
+        cells = dict(zip(names, cut_row(line, starts)))
+        index = parse_int(cells.get("Device"))
         if index is None:
             if last is not None and line[:1].isspace() and not last.name and "Name" not in line:
                 last.name = line.strip()
             continue
         last = _gpu(result, index)
-        for name, cell in zip(names[1:], cells[1:]):
-            _concise_cell(last, name, cell)
+        for name, cell in cells.items():
+            if name != "Device":
+                _concise_cell(last, name, cell)
 
 
 def _showhw(result: RocmSmi, header: str, rows: List[str]) -> None:
@@ -175,7 +198,7 @@ def _showhw(result: RocmSmi, header: str, rows: List[str]) -> None:
         gpu.node = parse_int(cells.get("NODE"))
         gpu.device_id = parse_int(cells.get("DID"))
         gpu.guid = parse_int(cells.get("GUID"))
-        gpu.gfx_version = cells.get("GFX VER") or None
+        gpu.gfx_version = None if is_na(cells.get("GFX VER")) else cells["GFX VER"]
         gpu.bdf = normalize_bdf(cells.get("BUS", ""))
         gpu.partition_id = parse_int(cells.get("PARTITION ID"))
 
@@ -183,8 +206,7 @@ def _showhw(result: RocmSmi, header: str, rows: List[str]) -> None:
 def _table_body(lines: List[str]) -> List[str]:
     """The lines of a table up to the next titled banner ("=== End of ROCm SMI Log ===")."""
     for at, line in enumerate(lines):
-        banner = _BANNER.match(line)
-        if banner and banner.group(1):
+        if _banner(line):
             return lines[:at]
     return lines
 
@@ -192,10 +214,10 @@ def _table_body(lines: List[str]) -> List[str]:
 def _tables(result: RocmSmi, lines: List[str]) -> None:
     """Find the concise and --showhw tables by their header lines and parse the rows under them."""
     for at, line in enumerate(lines):
-        words = line.split()
-        if words[:1] == ["Device"] and ("Temp" in words or "IDs" in words or "[Model" in words):
+        names = {name for _, name in column_starts(line)}
+        if "Device" in names and len(names & _CONCISE) >= 2:
             _concise(result, line, _table_body(lines[at + 1:]))
-        elif words[:2] == ["GPU", "NODE"]:
+        elif "GPU" in names and len(names & _SHOWHW) >= 2:
             _showhw(result, line, _table_body(lines[at + 1:]))
 
 
@@ -207,11 +229,11 @@ def parse_rocmsmi(text: str) -> RocmSmi:
     """
     require_text(text, "rocm-smi")
     result = RocmSmi()
-    lines = [line for line in lines_of(text) if line.strip() and not is_truncation(line)]
+    lines = [line for line in lines_of(text) if not is_noise(line)]
     for line in lines:
-        banner = _BANNER.match(line)
-        if banner and banner.group(1):
-            result.sections.append(banner.group(1))
+        title = _banner(line)
+        if title:
+            result.sections.append(title)
             continue
         match = _GPU_LINE.match(line)
         if match:

@@ -5,7 +5,7 @@ Two shapes exist:
 - left-aligned columns (values start under their header): cut each row at the header's column
   starts (``aligned_rows``); a row may leave cells empty (amd-smi's continuation rows);
 - right-aligned monitor columns whose cells carry units ("171 W", "32 °C", "0.5/ 48.0 GB"):
-  split the row into value-with-unit cells (``unit_cells``).
+  split the row into value-with-unit cells (``unit_cells``) and key them by ``header_names``.
 """
 
 from __future__ import annotations
@@ -68,22 +68,6 @@ def unit_cells(line: str) -> List[str]:
 def header_names(line: str) -> List[str]:
     """Single-space separated header names with markup stripped ("**GFX_UTIL**" -> "GFX_UTIL")."""
     return [name.strip("*") for name in line.split() if name.strip("*")]
-
-
-def unit_rows(header: str, lines: List[str]) -> Tuple[List[Dict[str, str]], List[str]]:
-    """Rows of a monitor table keyed by header name, and the lines whose cell count did not match."""
-    names = header_names(header)
-    rows: List[Dict[str, str]] = []
-    skipped: List[str] = []
-    for line in lines:
-        if not line.strip():
-            continue
-        cells = unit_cells(line)
-        if len(cells) == len(names):
-            rows.append(dict(zip(names, cells)))
-        else:
-            skipped.append(line)
-    return rows, skipped
 
 
 def ratio(cell: Optional[str]) -> Optional[Tuple[float, float, str]]:
