@@ -222,6 +222,44 @@ def test_rocm_smi_concise_reads_every_gpu_and_only_printed_cells(case):
         assert gpu.device_id is None or f"{gpu.device_id:04x}" in row.get("IDs", "").lower()
 
 
+SHOWHW = {
+    "NODE": st.integers(0, 64).map(str), "DID": st.sampled_from(["0x74a0", "0x74A1", "0x74b5"]),
+    "GUID": st.integers(0, 65535).map(str), "GFX VER": st.sampled_from(["gfx942", "gfx950", "N/A"]),
+    "GFX RAS": st.sampled_from(["ENABLED", "DISABLED", "N/A"]), "UMC RAS": st.sampled_from(["ENABLED", "DISABLED"]),
+    "VBIOS": st.sampled_from(["N/A", "113-M3000100-102"]),
+    "BUS": st.sampled_from(["0000:01:00.0", "0001:01:00.0", "0000:C6:00.0"]),
+    "PARTITION ID": na_or(st.integers(0, 7).map(str)),
+}
+
+
+@st.composite
+def showhw_outputs(draw):
+    names = list(draw(st.permutations(draw(st.lists(st.sampled_from(sorted(SHOWHW)), min_size=2, unique=True)))))
+    names.insert(draw(st.integers(0, len(names))), "GPU")
+    rows = [{n: str(gpu) if n == "GPU" else draw(SHOWHW[n]) for n in names} for gpu in range(draw(st.integers(1, 12)))]
+    widths = {n: max([len(n)] + [len(r[n]) for r in rows]) + 2 for n in names}
+    lines = noise(draw, LEADING_NOISE, "rocm-smi --showhw")
+    lines += [banner("ROCm System Management Interface"), banner("Concise Hardware Info"),
+              "".join(n.ljust(widths[n]) for n in names).rstrip()]
+    lines += ["".join(r[n].ljust(widths[n]) for n in names).rstrip() for r in rows]
+    lines += ["=" * WIDTH, banner("End of ROCm SMI Log")]
+    return "\n".join(lines + noise(draw, TRAILING_NOISE, "")) + "\n", rows
+
+
+@SETTINGS
+@given(showhw_outputs())
+def test_rocm_smi_showhw_reads_every_gpu_by_header_name(case):
+    text, rows = case
+    smi = parse_rocmsmi(text)
+    assert [str(g.index) for g in smi.gpus] == [r["GPU"] for r in rows]
+    for gpu, row in zip(smi.gpus, rows):
+        assert gpu.fields == row
+        assert gpu.device_id is None or int(row["DID"], 16) == gpu.device_id
+        assert gpu.bdf is None or gpu.bdf == row["BUS"].lower()
+        assert gpu.gfx_version is None or gpu.gfx_version == row["GFX VER"]
+        assert gpu.partition_id is None or str(gpu.partition_id) == row["PARTITION ID"]
+
+
 # --- hipblaslt-bench result block ------------------------------------------------------------------
 
 HIPBLASLT = {
