@@ -173,7 +173,8 @@ class _Progress:
 
     def done(self, guest) -> None:  # noqa: ANN001
         if self._bar is not None:
-            self._bar.update(self._task, advance=1, description=f"{guest.name}: {guest.verdict}")
+            from vgpu.cli.render import safe
+            self._bar.update(self._task, advance=1, description=f"{safe(guest.name)}: {safe(guest.verdict)}")
 
     def __exit__(self, *exc) -> None:  # noqa: ANN002
         if self._bar is not None:
@@ -183,6 +184,8 @@ class _Progress:
 def _summary(report, paths: dict[str, Path]) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    from vgpu.cli.render import cell, safe
 
     styles = {"pass": "green", "fail": "red", "error": "yellow"}
     table = Table(title="vgpu validate")
@@ -194,12 +197,12 @@ def _summary(report, paths: dict[str, Path]) -> None:
         failed = [c.name for c in g.checks if c.status in ("fail", "error")]
         more = f" (+{len(failed) - 3})" if len(failed) > 3 else ""
         detail = g.detail or (", ".join(failed[:3]) + more)
-        table.add_row(g.name, f"[{styles[g.verdict]}]{g.verdict}[/]", g.outcome.value, counts,
-                      f"{g.seconds:.1f}", detail)
+        table.add_row(cell(g.name), cell(g.verdict, styles.get(g.verdict)), cell(g.outcome.value), counts,
+                      f"{g.seconds:.1f}", cell(detail))
     out = Console()
     out.print(table, markup=True)
     for kind, path in paths.items():
-        out.print(f"{kind} report: {path}", highlight=False)
+        out.print(f"{kind} report: {safe(path)}", highlight=False)
 
 
 @click.command()
