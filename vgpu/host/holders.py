@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterable
 
 from vgpu.host.paths import HostPaths
+from vgpu.inputs import read_optional
 from vgpu.model.inventory import Inventory
 from vgpu.model.pci import PciAddress
 
@@ -61,10 +62,9 @@ def _vfio_cdevs(paths: HostPaths, address: PciAddress) -> list[str]:
 
 
 def _comm(paths: HostPaths, pid: str) -> str:
-    try:
-        return (paths.proc / pid / "comm").read_text().strip() or "?"
-    except OSError:
-        return "?"
+    """The process name; through vgpu.inputs, so a FIFO in a captured /proc never blocks."""
+    raw = read_optional(paths.proc / pid / "comm", "proc file")
+    return (raw or b"").decode("utf-8", "replace").strip() or "?"
 
 
 def function_holders(paths: HostPaths, inv: Inventory, vm_holders: dict[PciAddress, Iterable[str]] | None = None
