@@ -420,3 +420,25 @@ def test_holder_process_name_in_a_simulated_proc(sim, how):
     proc = run("plan", "--profile", "mi300x-4vf", "--simulate", "--sim-dir", str(sim), env=sim_env(sim))
     assert_refused(proc, 5, "proc file", "4242/comm", NEEDLE[how])
     watch.unchanged()
+
+
+@pytest.mark.parametrize("how", ["fifo", "dev-zero", "deep", "wrong-shape"])
+def test_replay_dir_guest_description(tmp_path, how):
+    replay = tmp_path / "replay"
+    replay.mkdir()
+    hostile(replay / "guest.json", how, "replay file", wrong=b"[1, 2]")
+    watch = Watch(tmp_path)
+    proc = run("validate", "--simulate", "--guests", "1", "--replay-dir", str(replay), "--report-dir",
+               str(tmp_path / "reports"), "-q")
+    needle = {**NEEDLE, "deep": "nests deeper than 64", "wrong-shape": "not a simulated guest description"}[how]
+    assert_refused(proc, 5, "replay file", "guest.json", needle)
+    watch.unchanged()
+
+
+@pytest.mark.parametrize("how", ["fifo", "over-cap"])
+def test_simulated_modprobe_d_file(sim, how):
+    hostile(sim / "root/etc/modprobe.d/zz-hostile.conf", how, "config file")
+    watch = Watch(sim / "root/sys", sim / "root/etc", sim / "state.json")
+    proc = run("provision", "--profile", "mi300x-4vf", "--yes", "--simulate", "--sim-dir", str(sim), env=sim_env(sim))
+    assert_refused(proc, 5, "config file", "zz-hostile.conf", {"fifo": "FIFO", "over-cap": "1 MiB"}[how])
+    watch.unchanged()

@@ -13,6 +13,7 @@ import shlex
 from pathlib import Path
 
 from vgpu.errors import HostError
+from vgpu.inputs import read_optional
 from vgpu.sim import drivers, gim
 from vgpu.sim.pcicore import Ctx, ensure_not_held, matches, probe, unbind
 from vgpu.sim.state import write_atomic
@@ -27,7 +28,7 @@ def modprobe_d(etc: Path) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
     installs: dict[str, str] = {}
     directory = etc / "modprobe.d"
     for conf in sorted(directory.glob("*.conf")) if directory.is_dir() else ():
-        for line in conf.read_text(errors="replace").splitlines():
+        for line in _text(conf).splitlines():
             try:
                 words = shlex.split(line, comments=True)
             except ValueError:
@@ -97,7 +98,7 @@ def _visible(module: str, merged: dict[str, str]) -> dict[str, str]:
 
 def _gim_init(ctx: Ctx, root: Path, params: dict[str, str]) -> None:
     path = root / "etc" / "gim_config"
-    text = path.read_text(errors="replace") if path.is_file() else None
+    text = _text(path) if path.is_file() else None
     config, truncate = gim.read_config(ctx, text)
     if truncate:
         write_atomic(path, "")
@@ -140,3 +141,9 @@ def unload(ctx: Ctx, name: str) -> None:
     for dep in _DEPENDS.get(module, ()):
         if dep in state.modules and not any(dep in _DEPENDS.get(m, ()) for m in state.modules):
             del state.modules[dep]
+
+
+def _text(path: Path) -> str:
+    """A config file of the simulated host, read as modprobe reads it (undecodable bytes replaced),
+    through vgpu.inputs: a FIFO or an oversized file is one InputError, never a hang."""
+    return (read_optional(path, "config file") or b"").decode("utf-8", "replace")

@@ -16,7 +16,6 @@ VGPU_AGENT_TORCH_PYTHON. The agent code is exactly the production agent.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import shutil
@@ -24,6 +23,7 @@ import sys
 from pathlib import Path
 
 from vgpu.errors import InputError
+from vgpu.inputs import load_json
 from vgpu.guest.agent.guest import ROOT_ENV, TORCH_PYTHON_ENV
 
 REPLAY_ROOT = Path(__file__).resolve().parent / "replay"
@@ -45,11 +45,11 @@ def scenario_dir(scenario: str) -> Path:
 def load_guest(replay_dir: Path, scenario: str) -> dict:
     """The guest description: ``replay_dir/guest.json`` if present, else the scenario's."""
     for path in (replay_dir / "guest.json", scenario_dir(scenario) / "guest.json"):
-        if path.is_file():
-            try:
-                return json.loads(path.read_text())
-            except ValueError as exc:
-                raise InputError(f"simulated guest description {path} is not JSON: {exc}") from None
+        if os.path.lexists(path):  # through vgpu.inputs: --replay-dir is the user's directory
+            data = load_json(path, "replay file")
+            if not isinstance(data, dict):
+                raise InputError(f"replay file {path} is not a simulated guest description (a JSON object)")
+            return data
     raise InputError(f"no guest.json in {replay_dir} or in scenario {scenario}")
 
 
