@@ -45,12 +45,13 @@ def test_simulate_with_a_failing_scenario_exits_one_and_names_the_failed_checks(
     (["--simulate", "--guests", "many"], "takes a number of guests"),
     (["--simulate", "--guests", "0"], "between 1 and 1024"),
     (["--simulate", "--scenario", "melted"], "unknown scenario 'melted'"),
-    (["--simulate", "--replay-dir", "/nonexistent"], "is not a directory"),
+    (["--simulate", "--replay-dir", "{tmp}/missing"], "is not a directory"),
     ([], "give exactly one of --guests FILE or --inventory FILE"),
     (["--guests", "/nonexistent.yaml"], "guests file /nonexistent.yaml does not exist"),
     (["--simulate", "--profile", "no-such-profile"], "no-such-profile"),
 ])
 def test_bad_validate_input_is_exit_code_five(tmp_path, args, message):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     result = run("validate", "--report-dir", str(tmp_path / "r"), *args)
     assert isinstance(result.exception, InputError), result.output
     assert message in result.exception.message
