@@ -85,7 +85,9 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # a bug: one line and a distinct code, not a traceback (unless --debug)
         if debug:
             raise
-        click.echo(f"error: internal error ({type(exc).__name__}: {exc}); this is a bug in vgpu", err=True)
+        from vgpu.cli.render import safe  # the exception text may quote outside content
+        click.echo(f"error: internal error ({type(exc).__name__}: {safe(str(exc), markup=False)}); "
+                   "this is a bug in vgpu", err=True)
         click.echo("hint: rerun with --debug and report the traceback", err=True)
         sys.exit(ExitCode.INTERNAL)
     sys.exit(rc if isinstance(rc, int) else 0)
