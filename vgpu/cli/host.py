@@ -38,15 +38,21 @@ def check(as_json: bool, simulate, sim_dir, sysfs_root, snapshot) -> int:
 
 
 @host.command()
-@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True,
-              help="Where to write the snapshot (.tar.gz).")
+@click.option("-o", "--output", required=True, metavar="FILE|-",
+              help="Where to write the snapshot (.tar.gz); - for standard output.")
 @host_options
-def snapshot(output: Path, simulate, sim_dir, sysfs_root, snapshot) -> None:
+def snapshot(output: str, simulate, sim_dir, sysfs_root, snapshot) -> None:
     """Capture the PCI/IOMMU/module subset of /sys, /proc/cmdline and modprobe.d for offline review."""
+    from vgpu.cli.output import write_output
     from vgpu.host.snapshot import capture
+    from vgpu.inputs import output_target
 
-    with open_host(simulate, sim_dir, sysfs_root, snapshot) as target:
-        manifest = capture(target.paths, output)
-    from vgpu.cli.render import safe
-    out = safe(output, markup=False)
-    click.echo(f"wrote {out} ({safe(manifest['source'], markup=False)}); replay with `vgpu discover --snapshot {out}`")
+    target = output_target(output, "snapshot output")  # checked before the host is read
+    with open_host(simulate, sim_dir, sysfs_root, snapshot) as host_target:
+        data, manifest = capture(host_target.paths)
+    write_output(target, data, "snapshot output", mode=0o600)  # it describes the host: owner only
+    if target is not None:
+        from vgpu.cli.render import safe
+        out = safe(target, markup=False)
+        click.echo(f"wrote {out} ({safe(manifest['source'], markup=False)}); "
+                   f"replay with `vgpu discover --snapshot {out}`", err=True)

@@ -167,25 +167,25 @@ def release(dry_run, yes, force, lock_timeout, simulate, sim_dir, sysfs_root, sn
 @click.command()
 @click.option("--name", default="exported", show_default=True, help="Name of the exported profile.")
 @click.option("--model", default=None, help="Export this model's GPUs (needed on mixed hosts).")
-@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), default=None,
-              help="Write the profile here (default: stdout).")
+@click.option("-o", "--output", default="-", metavar="FILE|-", show_default=True,
+              help="Write the profile here; - for standard output.")
 @host_options
 def export(name, model, output, simulate, sim_dir, sysfs_root, snapshot) -> None:
     """Write the host's current GPU setup as a profile (that `plan` reports in sync)."""
     import yaml
 
+    from vgpu.cli.output import write_output
     from vgpu.export import export_profile
     from vgpu.host.discovery import discover
+    from vgpu.inputs import output_target
     from vgpu.profiles import load_profile_text
 
-    with open_host(simulate, sim_dir, sysfs_root, snapshot) as target:
-        data = export_profile(discover(target.paths), name, model)
+    target = output_target(output, "profile output")  # checked before the host is read
+    with open_host(simulate, sim_dir, sysfs_root, snapshot) as host_target:
+        data = export_profile(discover(host_target.paths), name, model)
     text = yaml.safe_dump(data, sort_keys=False)
     load_profile_text(text, source=f"{name}.yaml")  # what we export must load back
-    if output is None:
-        click.echo(text, nl=False)
-        return
-    from vgpu.host.files import FileStore
-    FileStore(output.parent if str(output.parent) else Path(".")).write(output.name, text, 0o644)
-    from vgpu.cli.render import safe
-    click.echo(f"wrote {safe(output, markup=False)}", err=True)
+    write_output(target, text.encode(), "profile output", mode=0o644)
+    if target is not None:
+        from vgpu.cli.render import safe
+        click.echo(f"wrote {safe(target, markup=False)}", err=True)

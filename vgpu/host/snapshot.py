@@ -3,7 +3,8 @@
 ``capture`` writes a tar.gz an operator can attach to a support case; ``open_snapshot`` unpacks
 one into a temporary tree that discovery and ``plan`` read exactly like a live host. Only the
 attributes discovery reads are copied (never config space, ROMs or the mmap-able resourceN files),
-and unpacking uses tarfile's ``data`` filter, so a hostile archive cannot write outside its tree.
+and unpacking checks every member itself (:mod:`vgpu.host.archive`), so a hostile archive cannot write
+outside its tree, fill the disk or point discovery at the host's own files (docs/security.md).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import io
 import json
 import os
 import socket
+import stat
 import tarfile
 import tempfile
 import time
@@ -21,35 +23,30 @@ from pathlib import Path
 
 from vgpu import __version__
 from vgpu.errors import InputError
+from vgpu.host.archive import MAX_MEMBER_SIZE, unpack
 from vgpu.host.facts import WATCHED_MODULES
 from vgpu.host.paths import HostPaths
 from vgpu.host.pcifunc import ATTRIBUTES, LINKS
+from vgpu.inputs import load_json, read_input
 
 SNAPSHOT_SCHEMA = "vgpu.host-snapshot/v1"
 MANIFEST = "MANIFEST.json"
-_MAX_FILE = 1 << 20
+_MAX_FILE = MAX_MEMBER_SIZE  # what unpacking accepts per member
 _HUGEPAGES = ("hugepages-2048kB", "hugepages-1048576kB")
 
 
-def capture(paths: HostPaths, out: Path) -> dict:
-    """Write a snapshot of ``paths`` to ``out`` (atomically, mode 0600). Returns the manifest."""
+def capture(paths: HostPaths) -> tuple[bytes, dict]:
+    """The snapshot of ``paths`` as tar.gz bytes, and its manifest (the caller writes them where
+    the operator asked: :func:`vgpu.cli.host.snapshot`)."""
     manifest = {"schema": SNAPSHOT_SCHEMA, "vgpu_version": __version__, "host": socket.gethostname(),
                 "taken": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "source": paths.label}
-    out = Path(out)
-    fd, tmp = tempfile.mkstemp(prefix=".snapshot-", dir=out.parent or Path("."))
-    try:
-        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
-            writer = _Writer(tar)
-            for src, arc in _entries(paths):
-                writer.add(src, arc)
-            writer.add_bytes(MANIFEST, json.dumps(manifest, indent=2).encode())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, out)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return manifest
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        writer = _Writer(tar)
+        for src, arc in _entries(paths):
+            writer.add(src, arc)
+        writer.add_bytes(MANIFEST, json.dumps(manifest, indent=2).encode())
+    return buffer.getvalue(), manifest
 
 
 def _entries(paths: HostPaths) -> Iterator[tuple[Path, str]]:
@@ -154,32 +151,39 @@ class _Writer:
 
 @contextlib.contextmanager
 def open_snapshot(path: Path) -> Iterator[HostPaths]:
-    """Unpack a snapshot into a temporary tree; yields its HostPaths. Raises InputError if corrupt."""
+    """Unpack a snapshot into a private temporary tree; yields its HostPaths.
+
+    A snapshot usually comes from another host (a support case, a ticket), so it is unpacked by
+    :func:`vgpu.host.archive.unpack` under rules that do not depend on the interpreter's tarfile
+    filters. Anything wrong is one InputError (exit 5) and nothing is left behind."""
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"snapshot {path} does not exist", hint="create one with `vgpu host snapshot -o FILE`")
+    raw = read_input(path, "snapshot")  # regular file, capped: never a FIFO, device or directory
     with tempfile.TemporaryDirectory(prefix="vgpu-snapshot-") as tmp:
-        root = Path(tmp)
-        manifest = _extract(path, root)
+        root = Path(tmp) / "tree"
+        root.mkdir(mode=0o700)
+        unpack(raw, path, root)
+        manifest = _manifest(root, path)
         yield HostPaths.under(root, label=f"snapshot {path.name} of {manifest.get('host', '?')}")
 
 
-def _extract(path: Path, root: Path) -> dict:
+def _manifest(root: Path, path: Path) -> dict:
     try:
-        with tarfile.open(path, mode="r:*") as tar:
-            tar.extractall(root, filter="data")
-    except (tarfile.TarError, EOFError, OSError, ValueError) as exc:
-        raise InputError(f"{path} is not a readable vgpu host snapshot: {exc}") from exc
-    try:
-        manifest = json.loads((root / MANIFEST).read_text())
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path} is not a vgpu host snapshot: {MANIFEST} is missing or corrupt") from exc
+        manifest = load_json(root / MANIFEST, "manifest")
+    except InputError:
+        raise InputError(f"{path} is not a vgpu host snapshot: {MANIFEST} is missing or corrupt") from None
     if not isinstance(manifest, dict) or manifest.get("schema") != SNAPSHOT_SCHEMA:
         raise InputError(f"{path}: unsupported snapshot schema {manifest.get('schema') if isinstance(manifest, dict) else manifest!r}"
                          f" (this vgpu reads {SNAPSHOT_SCHEMA})")
-    if not (root / "sys/bus/pci").is_dir():
+    if not stat.S_ISDIR(_lstat_mode(root / "sys/bus/pci")):
         raise InputError(f"{path} is not a vgpu host snapshot: it holds no sys/bus/pci tree")
     return manifest
+
+
+def _lstat_mode(path: Path) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
 
 
 def _listdir(path: Path) -> list[str]:
