@@ -11,6 +11,7 @@ from simhelp import place
 
 from vgpu.errors import InputError
 from vgpu.sim import SimHost
+from vgpu.sim.host import MARKER, MARKER_FORMAT
 
 GPUS = ["0000:05:00.0", "0000:26:00.0", "0000:46:00.0", "0000:65:00.0",
         "0000:85:00.0", "0000:a6:00.0", "0000:c6:00.0", "0000:e5:00.0"]
@@ -125,11 +126,12 @@ def test_open_sees_the_host_create_built(host):
 
 
 def test_open_refuses_a_missing_state_dir(tmp_path):
-    with pytest.raises(InputError, match="no simulated host"):
+    with pytest.raises(InputError, match="not a simulated host vgpu made"):
         SimHost.open(tmp_path / "nothing")
 
 
 def test_open_refuses_a_corrupt_state_file(tmp_path):
+    (tmp_path / MARKER).write_text(MARKER_FORMAT + "\n")
     (tmp_path / "state.json").write_text("{not json")
     with pytest.raises(InputError, match="corrupt"):
         SimHost.open(tmp_path)
@@ -137,6 +139,15 @@ def test_open_refuses_a_corrupt_state_file(tmp_path):
 
 def test_create_refuses_to_wipe_a_foreign_directory(tmp_path):
     (tmp_path / "precious.txt").write_text("keep me")
-    with pytest.raises(InputError, match="refusing to wipe"):
+    with pytest.raises(InputError, match="refusing to replace"):
         SimHost.create(tmp_path)
     assert (tmp_path / "precious.txt").exists()
+
+
+def test_a_state_file_without_the_marker_is_not_a_simulated_host(tmp_path):
+    (tmp_path / "state.json").write_text("{}")  # some other program's
+    (tmp_path / "root").mkdir()
+    assert not SimHost.exists(tmp_path)
+    with pytest.raises(InputError, match="refusing to replace"):
+        SimHost.create(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["root", "state.json"]

@@ -20,12 +20,18 @@ from vgpu.host.target import HostTarget
 SIM_DEFAULT = "__default__"
 
 
-def default_sim_dir() -> Path:
-    env = os.environ.get("VGPU_SIM_DIR")
-    if env:
-        return Path(env)
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "vgpu" / "sim"
+def sim_dir_of(option: str | None, *, writable: bool = True) -> Path:
+    """The simulator directory: ``--sim-dir``, else $VGPU_SIM_DIR (when set, even to ''), else
+    ~/.cache/vgpu/sim. An empty value, ``/``, the home directory or a non-directory is refused
+    (exit 5) by :func:`vgpu.sim.host.check_location` before anything reads or deletes it."""
+    from vgpu.sim.host import check_location
+
+    if option is None:
+        option = os.environ.get("VGPU_SIM_DIR")
+    if option is None:
+        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        option = os.path.join(cache, "vgpu", "sim")
+    return check_location(option, writable=writable)
 
 
 def host_options(fn: Callable) -> Callable:
@@ -34,7 +40,7 @@ def host_options(fn: Callable) -> Callable:
         click.option("--simulate", "simulate", is_flag=False, flag_value=SIM_DEFAULT, default=None,
                      metavar="[MACHINE|FILE]",
                      help="Use a simulated host (default machine 8xmi300x, or a machine-spec YAML file)."),
-        click.option("--sim-dir", type=click.Path(path_type=Path), default=None,
+        click.option("--sim-dir", default=None, metavar="DIR",
                      help="State directory of the simulated host (default $VGPU_SIM_DIR or ~/.cache/vgpu/sim)."),
         click.option("--sysfs-root", type=click.Path(path_type=Path), default=None,
                      help="Read a captured sysfs tree: DIR stands for /sys (read-only)."),
@@ -47,7 +53,7 @@ def host_options(fn: Callable) -> Callable:
 
 
 @contextlib.contextmanager
-def open_host(simulate: str | None, sim_dir: Path | None, sysfs_root: Path | None,
+def open_host(simulate: str | None, sim_dir: str | None, sysfs_root: Path | None,
               snapshot: Path | None) -> Iterator[HostTarget]:
     chosen = [n for n, v in (("--simulate", simulate), ("--sysfs-root", sysfs_root), ("--snapshot", snapshot))
               if v is not None]
@@ -64,7 +70,7 @@ def open_host(simulate: str | None, sim_dir: Path | None, sysfs_root: Path | Non
         yield HostTarget(HostPaths.for_sysfs_root(sysfs_root), read_only=True)
         return
     if simulate is not None:
-        sim = open_sim(None if simulate == SIM_DEFAULT else simulate, sim_dir or default_sim_dir())
+        sim = open_sim(None if simulate == SIM_DEFAULT else simulate, sim_dir_of(sim_dir))
         yield HostTarget(HostPaths.under(sim.root, label=f"simulated {sim.machine.name}"), sim=sim)
         return
     yield HostTarget(HostPaths.system())

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import click
 
-from vgpu.cli.common import default_sim_dir
+from vgpu.cli.common import sim_dir_of
 
 
 @click.group()
@@ -34,13 +33,13 @@ def machines() -> None:
 @sim.command("reset")
 @click.option("--machine", default="8xmi300x", show_default=True, metavar="NAME|FILE",
               help="Machine to build: a shipped name or a machine-spec YAML file.")
-@click.option("--sim-dir", type=click.Path(path_type=Path), default=None,
+@click.option("--sim-dir", default=None, metavar="DIR",
               help="State directory (default $VGPU_SIM_DIR or ~/.cache/vgpu/sim).")
-def reset(machine: str, sim_dir: Path | None) -> None:
+def reset(machine: str, sim_dir: str | None) -> None:
     """Rebuild the simulated host from scratch (forgets everything provisioned on it)."""
     from vgpu.sim import SimHost, load_spec
 
-    state = sim_dir or default_sim_dir()
+    state = sim_dir_of(sim_dir)
     load_spec(machine)  # validate before deleting anything
     host = SimHost.create(state, machine=machine)
     from vgpu.cli.render import safe
@@ -48,25 +47,27 @@ def reset(machine: str, sim_dir: Path | None) -> None:
 
 
 @sim.command("path")
-@click.option("--sim-dir", type=click.Path(path_type=Path), default=None)
-def path(sim_dir: Path | None) -> None:
+@click.option("--sim-dir", default=None, metavar="DIR")
+def path(sim_dir: str | None) -> None:
     """Print where the simulated host lives (its sysfs is under ROOT/sys)."""
-    click.echo(str(sim_dir or default_sim_dir()))
+    click.echo(str(sim_dir_of(sim_dir, writable=False)))
 
 
 @sim.command("remove")
-@click.option("--sim-dir", type=click.Path(path_type=Path), default=None)
-def remove(sim_dir: Path | None) -> None:
+@click.option("--sim-dir", default=None, metavar="DIR")
+def remove(sim_dir: str | None) -> None:
     """Delete the simulated host's state directory."""
     from vgpu.errors import InputError
     from vgpu.sim import SimHost
+    from vgpu.sim.host import MARKER
 
-    state = sim_dir or default_sim_dir()
+    state = sim_dir_of(sim_dir)
     if not state.exists():
         click.echo(f"nothing to remove at {state}")
         return
-    if not SimHost.exists(state):  # never rmtree a directory that is not a simulated host
-        raise InputError(f"{state} is not a simulated host's state directory; refusing to delete it")
+    if not SimHost.exists(state):  # never rmtree a directory without vgpu's marker
+        raise InputError(f"refusing to delete {state}: it has no {MARKER} marker, so it is not a simulated "
+                         "host vgpu made")
     shutil.rmtree(state)
     click.echo(f"removed {state}")
 
@@ -74,8 +75,8 @@ def remove(sim_dir: Path | None) -> None:
 @sim.command("vm")
 @click.argument("names", nargs=-1, required=True)
 @click.option("--running", is_flag=True, help="Start them (a running VM holds its devices).")
-@click.option("--sim-dir", type=click.Path(path_type=Path), default=None)
-def vm(names: tuple[str, ...], running: bool, sim_dir: Path | None) -> None:
+@click.option("--sim-dir", default=None, metavar="DIR")
+def vm(names: tuple[str, ...], running: bool, sim_dir: str | None) -> None:
     """Define VMs (q35, UEFI, no GPU yet) in the simulated host's libvirt, as `virsh define` would;
     `vgpu provision` then attaches the profile's functions to those that are shut off."""
     from vgpu.errors import InputError
@@ -84,9 +85,10 @@ def vm(names: tuple[str, ...], running: bool, sim_dir: Path | None) -> None:
     from vgpu.sim import SimHost
     from vgpu.vms import sim_hypervisor_dir
 
-    state = sim_dir or default_sim_dir()
+    state = sim_dir_of(sim_dir)
     if not SimHost.exists(state):
-        raise InputError(f"no simulated host in {state}", hint="create one with `vgpu sim reset`")
+        from vgpu.sim.host import MARKER
+        raise InputError(f"no simulated host in {state} (no {MARKER} marker)", hint="create one with `vgpu sim reset`")
     hv = SimHypervisor(sim_hypervisor_dir(SimHost.open(state).root))
     existing = {d.name for d in hv.domains()}
     for name in names:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -18,8 +19,7 @@ from vgpu.sim.build import build_state, initial_vfs
 from vgpu.sim.kernel import LOG_NAME, SimKernel
 from vgpu.sim.pcicore import Ctx
 from vgpu.sim.spec import DEFAULT_MACHINE, MachineSpec, load_spec
-from vgpu.sim.state import (STATE_FILE, Holder, SimState, load_state, save_state, write_atomic,
-                            write_tree_mark)
+from vgpu.sim.state import Holder, SimState, load_state, save_state, write_atomic, write_tree_mark
 from vgpu.sim.tree import Tree, registered_drivers
 
 ROOT_NAME = "root"
@@ -45,6 +45,7 @@ class SimHost:
         state_dir.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{state_dir.name}.new-", dir=state_dir.parent))
         try:
+            _claim(staging)
             _write_etc(staging / ROOT_NAME, spec)
             ctx = Ctx(state)
             ctx.log("Linux version 6.8.0-sim (vgpu simulated host) #1 SMP PREEMPT_DYNAMIC")
@@ -67,15 +68,18 @@ class SimHost:
 
     @classmethod
     def open(cls, state_dir: Path) -> "SimHost":
-        """An existing simulated host. Raises InputError when missing or corrupt."""
+        """An existing simulated host. Raises InputError when missing, unmarked or corrupt."""
+        if not is_sim_dir(check_location(state_dir)):
+            raise InputError(f"{state_dir} is not a simulated host vgpu made (no {MARKER} marker)",
+                             hint="create one with `vgpu sim reset --sim-dir DIR` in a new directory")
         host = cls(state_dir)
         host.kernel.repair()  # validates, and repairs a tree a crash left behind
         return host
 
     @staticmethod
     def exists(state_dir: Path) -> bool:
-        """Whether ``state_dir`` holds a simulated host (it may still be corrupt: open() says)."""
-        return (Path(state_dir) / STATE_FILE).is_file()
+        """Whether ``state_dir`` is a simulated host vgpu made (it may still be corrupt: open() says)."""
+        return is_sim_dir(state_dir)
 
     def is_machine(self, machine: str | Path | MachineSpec) -> bool:
         """Whether this host was built from ``machine`` (a name, a spec file, or a spec).
@@ -126,15 +130,87 @@ class SimHost:
         self.kernel.transaction(f"remove_holder:{pid}", remove, faultable=False)
 
 
+# A simulator directory is recognised only by this file, which vgpu writes when it builds a host
+# there: vgpu never deletes or replaces a directory without it (some other program's state.json or
+# root/ does not count), so a mistyped --sim-dir or an unset variable cannot cost anyone their files.
+MARKER = ".vgpu-sim"
+MARKER_FORMAT = "vgpu.sim-dir/v1"
+
+
+def is_sim_dir(state_dir: Path) -> bool:
+    """Whether vgpu's marker is in ``state_dir`` (a regular file naming the format)."""
+    from vgpu.inputs import read_optional
+    try:
+        raw = read_optional(Path(state_dir) / MARKER, "simulator state")
+    except InputError:
+        return False
+    return raw is not None and raw.decode("utf-8", "replace").split("\n", 1)[0].strip() == MARKER_FORMAT
+
+
+def check_location(state_dir: Path | str, *, writable: bool = True) -> Path:
+    """``state_dir`` as a usable simulator directory, or InputError (exit 5): an empty value (which
+    would mean the current directory), ``/``, the home directory, a symbolic link, something that is
+    not a directory, or (``writable``) a directory this user cannot write, or cannot create because
+    its nearest existing parent is not writable. It need not exist yet."""
+    text = str(state_dir)
+    if not text.strip():
+        raise InputError("the simulator directory is empty ('' would mean the current directory)",
+                         hint="give --sim-dir DIR or VGPU_SIM_DIR a directory of its own, or leave both unset")
+    path = Path(text)
+    real = Path(os.path.realpath(path))
+    home = Path(os.path.realpath(os.path.expanduser("~")))
+    if real == Path("/") or real == home or real in (Path(p) for p in _SYSTEM_DIRS):
+        raise InputError(f"refusing {text} as the simulator directory: it is {real}, not a directory of its own",
+                         hint="use a new directory, e.g. ~/.cache/vgpu/sim (the default)")
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        if writable:
+            _check_creatable(path)
+        return path
+    except OSError as exc:
+        from vgpu.inputs import write_error
+        raise write_error(exc, "simulator directory", path) from None
+    if stat.S_ISLNK(st.st_mode):
+        raise InputError(f"simulator directory {text} is a symbolic link; give the directory itself")
+    if not stat.S_ISDIR(st.st_mode):
+        from vgpu.inputs import describe_mode
+        raise InputError(f"simulator directory {text} is {describe_mode(st.st_mode)}, not a directory")
+    if writable and not os.access(path, os.W_OK | os.X_OK):
+        raise InputError(f"simulator directory {text} is not writable by you (it belongs to uid {st.st_uid}; "
+                         f"you are uid {os.geteuid()})", hint="use a simulator directory of your own: --sim-dir DIR")
+    return path
+
+
+def _check_creatable(path: Path) -> None:
+    parent = Path(os.path.abspath(path)).parent
+    while not os.path.lexists(parent) and parent != parent.parent:
+        parent = parent.parent
+    if not os.path.isdir(parent):
+        raise InputError(f"cannot create simulator directory {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"cannot create simulator directory {path}: {parent} is not writable by you "
+                         f"(uid {os.geteuid()})", hint="use a simulator directory of your own: --sim-dir DIR, "
+                         "or set HOME / XDG_CACHE_HOME to a directory you own")
+
+
+_SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/opt", "/proc", "/root", "/run",
+                "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/tmp", "/mnt", "/media")
+
+
 def _check_ours(state_dir: Path) -> None:
-    """Refuse to replace a directory that is not a simulated host (or empty)."""
+    """Refuse to replace a directory that is neither empty nor marked as vgpu's simulator directory."""
+    check_location(state_dir)
     if state_dir.exists():
-        if not state_dir.is_dir():
-            raise InputError(f"simulated host directory {state_dir} is a file")
-        entries = {p.name for p in state_dir.iterdir()}
-        if entries and STATE_FILE not in entries and ROOT_NAME not in entries:
-            raise InputError(f"refusing to wipe {state_dir}: it is not empty and holds no simulated host",
+        if any(state_dir.iterdir()) and not is_sim_dir(state_dir):
+            raise InputError(f"refusing to replace {state_dir}: it is not empty and has no {MARKER} marker, "
+                             "so it is not a simulated host vgpu made",
                              hint="choose an empty or new directory for the simulated host")
+
+
+def _claim(staging: Path) -> None:
+    write_atomic(staging / MARKER, f"{MARKER_FORMAT}\nThis directory is a host simulated by vgpu; "
+                                   "`vgpu sim remove` deletes it.\n")
 
 
 def _write_etc(root: Path, spec: MachineSpec) -> None:
