@@ -7,6 +7,15 @@ Facts from the Linux kernel: module names use underscores and modprobe treats '-
 
 from __future__ import annotations
 
+import re
+
+# What the kernel allows in a module name (MODULE_NAME_LEN is 64 - sizeof(unsigned long) = 56 bytes
+# with the NUL, include/linux/module.h; kmod takes letters, digits, '_' and '-') and in a parameter
+# name (a C identifier in module_param; 64 is our bound). Names from a machine spec or a modprobe.d
+# file become /sys/module/<module>/parameters/<param> paths: anything else is refused.
+MODULE_NAME = re.compile(r"[A-Za-z0-9_-]{1,55}")
+PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
 # module -> PCI driver name it registers (identity when absent)
 DRIVER_OF_MODULE = {"vfio_pci": "vfio-pci"}
 

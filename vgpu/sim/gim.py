@@ -107,6 +107,10 @@ def probe(ctx: Ctx, pf: Function) -> None:
                 f"VF number {vf_num} is not supported, valid values: {', '.join(map(str, allowed))}", "error")
         _set_modes(pf, 1, "SPX", "NPS1")
         return
+    if pf.sriov is None or not pf.sriov.total_vfs:  # a spec refuses this for GIM's GPUs; belt and braces
+        gim_log(ctx, pf, "amdgv_gpuiov_init:211", "SR-IOV capability not found", "error")
+        _set_modes(pf, 1, "SPX", "NPS1")
+        return
     limit = pf.sriov.total_vfs if pf.sriov.vf_limit is None else min(pf.sriov.vf_limit, pf.sriov.total_vfs)
     if vf_num > limit:
         # the line a user of 8.4.0.K reported (amd/MxGPU-Virtualization issue 13, docs/hardware.md §3)

@@ -74,7 +74,8 @@ def load(ctx: Ctx, root: Path, name: str, params: dict[str, str]) -> None:
     merged = {**options.get(module, {}), **_cmdline_params(state.cmdline, module),
               **{k: str(v) for k, v in params.items()}}
     known = drivers.MODULE_PARAMS.get(module)
-    unknown = sorted(set(merged) - set(known)) if known is not None else []
+    unknown = sorted(k for k in merged if (known is not None and k not in known)
+                     or not drivers.PARAM_NAME.fullmatch(k))
     if unknown:
         ctx.log(f"{module}: Unknown parameter `{unknown[0]}'")
         raise HostError(f"modprobe: ERROR: could not insert '{module}': Unknown symbol in module, or unknown "

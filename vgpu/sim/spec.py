@@ -12,13 +12,14 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, \
     model_validator
 
 from vgpu.catalog import DEFAULT as CATALOG
 from vgpu.errors import InputError
+from vgpu.inputs import load_yaml
 from vgpu.model.pci import PciAddress
+from vgpu.sim.drivers import MODULE_NAME, PARAM_NAME
 
 MACHINES_DIR = Path(__file__).resolve().parent / "machines"
 DEFAULT_MACHINE = "8xmi300x"
@@ -64,6 +65,9 @@ def _address(value: object) -> str:
 
 
 HexInt = Annotated[int, BeforeValidator(_hex), Field(ge=0, le=0xFFFFFF)]
+ModuleName = Annotated[str, Field(pattern=f"^{MODULE_NAME.pattern}$")]
+ParamName = Annotated[str, Field(pattern=f"^{PARAM_NAME.pattern}$")]
+OneLine = Annotated[str, Field(max_length=64, pattern=r"^[ -~]+$")]
 Size = Annotated[int, BeforeValidator(_size)]
 Address = Annotated[str, BeforeValidator(_address)]
 
@@ -154,11 +158,12 @@ class FunctionSpec(_Strict):
 
 class StateSpec(_Strict):
     iommu: bool = True
-    cmdline: str = "BOOT_IMAGE=/boot/vmlinuz root=/dev/sda2 ro iommu=pt modprobe.blacklist=amdgpu"
+    cmdline: str = Field("BOOT_IMAGE=/boot/vmlinuz root=/dev/sda2 ro iommu=pt modprobe.blacklist=amdgpu",
+                         max_length=2048, pattern=r"^[^\n\x00]*$")  # COMMAND_LINE_SIZE on x86
     cpu_vendor: Literal["AuthenticAMD", "GenuineIntel"] = "AuthenticAMD"
-    modules: dict[str, dict[str, str]] = Field(default_factory=dict)
-    module_versions: dict[str, str] = Field(default_factory=lambda: {"gim": "8.4.0.K"})
-    bind: dict[Address, str] = Field(default_factory=dict)
+    modules: dict[ModuleName, dict[ParamName, str]] = Field(default_factory=dict)
+    module_versions: dict[ModuleName, OneLine] = Field(default_factory=lambda: {"gim": "8.4.0.K"})
+    bind: dict[Address, ModuleName] = Field(default_factory=dict)
     hugepages: dict[int, Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: {2048: 0, 1048576: 0})
     modprobe_d: dict[str, str] = Field(default_factory=dict)
     gim_config: str | None = None
@@ -221,6 +226,12 @@ class MachineSpec(_Strict):
         for address, driver in self.state.bind.items():
             if address not in known:
                 raise ValueError(f"state.bind: {address} is not a function here")
+        gim = "gim" in self.state.modules
+        for f in self.functions:
+            if f.kind == "gpu" and f.sriov is not None and f.sriov.total_vfs == 0 and \
+                    (gim or self.state.bind.get(f.address) == "gim"):
+                raise ValueError(f"{f.address}: sriov.total_vfs is 0, but gim drives this GPU and needs SR-IOV "
+                                 "(GIM's GPUs advertise at least one VF); leave sriov out to take the model's value")
         return self
 
 
@@ -236,17 +247,7 @@ def load_spec(name_or_path: str | Path) -> MachineSpec:
     """A shipped machine by name, or a spec file by path. Raises InputError (one line) when
     the name is unknown, the file is unreadable, not YAML, or does not match the schema."""
     path = _locate(name_or_path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot read machine spec {path}: {exc.strerror or exc}") from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise InputError(f"machine spec {path} is not valid YAML{where}: {problem}") from None
+    data = load_yaml(path, "machine spec")  # bounded, no aliases, no duplicate keys, UTF-8
     if not isinstance(data, dict):
         raise InputError(f"machine spec {path} must be a YAML mapping with version, name, functions")
     try:
@@ -258,10 +259,7 @@ def load_spec(name_or_path: str | Path) -> MachineSpec:
 def _locate(name_or_path: str | Path) -> Path:
     if isinstance(name_or_path, Path) or "/" in str(name_or_path) or str(name_or_path).endswith(
             (".yaml", ".yml")):
-        path = Path(name_or_path)
-        if not path.is_file():
-            raise InputError(f"machine spec file {path} does not exist")
-        return path
+        return Path(name_or_path)  # load_yaml says what is wrong with it (missing, a FIFO, a directory)
     name = str(name_or_path)
     path = MACHINES_DIR / f"{name}.yaml"
     if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", name) or not path.is_file():

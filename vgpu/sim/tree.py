@@ -24,7 +24,14 @@ _RESOURCE_LINES, _BRIDGE_RESOURCE_LINES = 13, 17
 
 
 def write(path: Path, text: str, mode: int = RO) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    """The simulated kernel (re)writes an attribute. Read-only attributes (0444) stay read-only for
+    everyone else; root ignores the mode, so a simulator run by a normal user lifts it for the write."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    except PermissionError:
+        os.chmod(path, mode | 0o200)
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        os.chmod(path, mode)
     try:
         os.write(fd, text.encode())
     finally:
@@ -247,6 +254,8 @@ class Tree:
             if entry not in state.modules:
                 shutil.rmtree(base / entry)
         for module, params in state.modules.items():
+            if not drivers.MODULE_NAME.fullmatch(module) or not all(map(drivers.PARAM_NAME.fullmatch, params)):
+                raise ValueError(f"module {module!r} or one of its parameters is not a kernel name")  # never a path
             d = base / module
             (d / "parameters").mkdir(parents=True, exist_ok=True)
             for entry in os.listdir(d / "parameters"):

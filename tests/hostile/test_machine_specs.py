@@ -1,0 +1,112 @@
+"""Machine specs (issue 8, section 4): `--simulate FILE.yaml` and `vgpu sim reset --machine FILE` take specs
+that people share in tickets. Module and parameter names become /sys/module paths, so `../` in them wrote
+outside the simulator root; aliases made a billion-laughs spec run out of memory; `total_vfs: 0` on a GIM
+GPU was exit 70. Each case writes its spec, runs the real command on a new simulator directory, and checks
+exit 5, one line, and that nothing under the test directory changed (no simulator directory, no staging
+directory, the decoy beside it untouched).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from .conftest import Watch, assert_refused, vgpu
+from vgpu.inputs import LIMITS
+
+GPU = '  - {address: "0000:85:00.0", kind: gpu, model: MI300X}\n'
+NIC = '  - {address: "0000:21:00.0", kind: nic, driver: mlx5_core}\n'
+
+
+def spec(state: str = "", functions: str = GPU + NIC) -> bytes:
+    return (f"version: v1\nname: hostile\ndescription: a shared spec\nfunctions:\n{functions}"
+            + (f"state:\n{state}" if state else "")).encode()
+
+
+ESCAPE = "../../../decoy"
+
+SPECS = {
+    "module-name-dotdot": (spec(f"  modules: {{'{ESCAPE}': {{}}}}\n"), "state.modules"),
+    "module-name-slash": (spec("  modules: {'a/b': {}}\n"), "state.modules"),
+    "module-name-dot": (spec("  modules: {'..': {}}\n"), "state.modules"),
+    "module-name-too-long": (spec(f"  modules: {{{'m' * 56}: {{}}}}\n"), "state.modules"),
+    "module-name-newline": (spec('  modules: {"gim\\nx": {}}\n'), "state.modules"),
+    "param-name-dotdot": (spec(f"  modules: {{gim: {{'{ESCAPE}/pwned': 1}}}}\n"), "state.modules"),
+    "param-name-hidden": (spec("  modules: {gim: {'.x': 1}}\n"), "state.modules"),
+    "param-name-too-long": (spec(f"  modules: {{gim: {{{'p' * 65}: 1}}}}\n"), "state.modules"),
+    "version-module-dotdot": (spec(f"  module_versions: {{'{ESCAPE}': '1.0'}}\n"), "module_versions"),
+    "version-value-newline": (spec('  module_versions: {gim: "8.4\\n../x"}\n'), "module_versions"),
+    "bind-driver-dotdot": (spec(f"  bind: {{'0000:21:00.0': '{ESCAPE}'}}\n"), "state.bind"),
+    "modprobe-d-param-dotdot": (spec("  modules: {mlx5_core: {}}\n  modprobe_d: {'evil.conf': "
+                                     f"'options mlx5_core {ESCAPE}/pwned=1'}}\n"), "unknown parameter"),
+    "cmdline-param-dotdot": (spec(f"  modules: {{mlx5_core: {{}}}}\n  cmdline: 'ro mlx5_core.{ESCAPE}/pwned=1'\n"),
+                             "unknown parameter"),
+    "modprobe-d-file-name": (spec("  modprobe_d: {'../../decoy.conf': 'x'}\n"), "modprobe.d file name"),
+    "total-vfs-zero-on-gim": (spec("  modules: {gim: {}}\n", '  - {address: "0000:85:00.0", kind: gpu, '
+                                   'model: MI300X, sriov: {total_vfs: 0}}\n'), "gim drives this GPU"),
+    "billion-laughs": (b"version: v1\nname: &a lol\n" + b"".join(
+        b"l%d: &l%d [*%s, *%s, *%s, *%s, *%s, *%s, *%s, *%s]\n" % ((i, i) + ((b"a" if i == 0 else b"l%d" % (i - 1)),) * 8)
+        for i in range(12)), "aliases"),
+    "duplicate-key": (spec() + b"name: again\n", "duplicate key"),
+    "deep-nesting": (b"version: v1\nname: " + b"[" * 200 + b"]" * 200 + b"\n", "nested deeper"),
+    "binary": (spec() + b"\x00\x01", "binary"),
+    "not-a-mapping": (b"- just\n- a list\n", "mapping"),
+}
+
+
+def hostile_file(path: Path, how: str) -> None:
+    if how == "fifo":
+        os.mkfifo(path)
+    elif how == "directory":
+        path.mkdir()
+    elif how == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif how == "over-cap":
+        with open(path, "wb") as fh:
+            fh.truncate(LIMITS["machine spec"] + 1)
+
+
+@pytest.fixture
+def area(tmp_path):
+    (tmp_path / "decoy").mkdir()
+    (tmp_path / "decoy" / "precious.txt").write_text("keep\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("command", ["discover", "sim-reset"])
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_hostile_spec_is_refused_before_anything_is_built(area, name, command):
+    content, needle = SPECS[name]
+    path = area / "spec.yaml"
+    path.write_bytes(content)
+    sim = area / "sim"
+    watch = Watch(area)
+    if command == "discover":
+        proc = vgpu("discover", "--simulate", str(path), "--sim-dir", str(sim), timeout=60)
+    else:
+        proc = vgpu("sim", "reset", "--machine", str(path), "--sim-dir", str(sim), timeout=60)
+    assert_refused(proc, 5, needle)
+    watch.unchanged()
+    assert not sim.exists() and not (area / "decoy" / "pwned").exists()
+
+
+@pytest.mark.parametrize("how, needle", [("fifo", "FIFO"), ("directory", "directory"),
+                                         ("dev-zero", "character device"), ("over-cap", "1 MiB"),
+                                         ("missing", "does not exist")])
+def test_spec_path_that_is_not_a_regular_file(area, how, needle):
+    path = area / "spec.yaml"
+    hostile_file(path, how)
+    watch = Watch(area)
+    proc = vgpu("discover", "--simulate", str(path), "--sim-dir", str(area / "sim"), timeout=30)
+    assert_refused(proc, 5, needle)
+    watch.unchanged()
+
+
+def test_a_sane_spec_with_module_parameters_still_builds(area):
+    path = area / "spec.yaml"
+    path.write_bytes(spec("  modules: {gim: {vf_num: 4}, mlx5_core: {}}\n  module_versions: {gim: 8.4.0.K}\n"))
+    proc = vgpu("discover", "--json", "--simulate", str(path), "--sim-dir", str(area / "sim"), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert (area / "sim" / "root" / "sys" / "module" / "gim" / "parameters" / "vf_num").read_text() == "4\n"
