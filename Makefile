@@ -42,7 +42,7 @@ test-unit:
 
 # Hostile input, signals and non-root runs against the real CLI: exit code, one line, nothing outside changed.
 test-hostile:
-	$(PYTEST) -q tests/hostile
+	VGPU_REQUIRE_NONROOT=1 $(PYTEST) -q tests/hostile
 
 # Tier 2: discovery through real libudev (pyudev) seeing simulated trees via umockdev.
 test-udev:

@@ -100,7 +100,7 @@ def test_missing_spec_file_is_reported(tmp_path):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("version: v1\nname: [unclosed\n", "not valid YAML at line"),
+    ("version: v1\nname: [unclosed\n", "line 3, column 1: not valid YAML"),
     ("- just\n- a list\n", "must be a YAML mapping"),
     (MINIMAL.replace("version: v1", "version: v2"), "version"),
     (MINIMAL + "colour: blue\n", "colour: Extra inputs are not permitted"),
