@@ -96,10 +96,13 @@ class StatusResult:
     profile: str | None  # None: nothing recorded (never provisioned, or released)
     items: list = field(default_factory=list)  # vgpu.status.Item
     warnings: list[str] = field(default_factory=list)
+    # why the host cannot be called in sync whatever the items say: a run left its journal (it was
+    # interrupted, or is running now), so the host may be half-applied. None when no run is pending.
+    unfinished: str | None = None
 
     @property
     def in_sync(self) -> bool:
-        return all(i.ok for i in self.items)
+        return self.unfinished is None and all(i.ok for i in self.items)
 
 
 def host_status(target: HostTarget) -> StatusResult:
@@ -109,9 +112,10 @@ def host_status(target: HostTarget) -> StatusResult:
     from vgpu.status import status_items, vm_items
 
     warnings = interrupted_run_warnings(target)
+    unfinished = warnings[0] if warnings else None
     profile = recorded_profile(target)
     if profile is None:
-        return StatusResult(None, [], warnings)
+        return StatusResult(None, [], warnings, unfinished)
     inv = discover(target.paths)
     desired = desired_state(profile, inv)
     items = status_items(desired, inv, current_files(target))
@@ -120,7 +124,7 @@ def host_status(target: HostTarget) -> StatusResult:
     except (RefusedError, InputError):
         planned = PlannedVms(None)  # the capability items already say why
     items += vm_items(planned.vms, vm_view(target, inv, warnings).domains)
-    return StatusResult(profile.name, items, warnings)
+    return StatusResult(profile.name, items, warnings, unfinished)
 
 
 def interrupted_run_warnings(target: HostTarget) -> list[str]:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import click
 
 from vgpu.cli.common import host_options, open_host
-from vgpu.errors import ExitCode, VgpuError
+from vgpu.errors import ExitCode, InterruptedRun, VgpuError
 
 
 def _profile_option(fn):
@@ -101,22 +103,58 @@ def _confirm(plan) -> bool:
     if not sys.stdin.isatty():
         raise VgpuError("the plan disrupts devices and no terminal is attached to confirm it",
                         hint="review `vgpu plan`, then rerun with --yes")
-    return click.confirm("Apply these disruptive steps?", default=False)
+    try:
+        with _signals_raise():
+            return click.confirm("Apply these disruptive steps?", default=False)
+    except _Signalled as exc:
+        click.echo("", err=True)
+        raise InterruptedRun("interrupted at the confirmation question: nothing was changed", exc.signum) from None
+
+
+class _Signalled(Exception):
+    """SIGINT/SIGTERM at the prompt (click would turn a KeyboardInterrupt into Abort, exit 1)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_raise():
+    def handler(signum, _frame):
+        raise _Signalled(signum)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _sim_kill_hook(target):
     """Test hooks, simulated hosts only (never on a real host): VGPU_SIM_KILL_AT=INDEX:before|after
-    SIGKILLs this process at that step; VGPU_SIM_TRACE=FILE appends "pid index moment" per step."""
+    SIGKILLs this process at that step; VGPU_SIM_PAUSE_AT=INDEX:before|after with VGPU_SIM_PAUSE_DIR=DIR
+    writes DIR/ready there and waits (at most 60 s) for DIR/go, so a test can send a real signal at
+    exactly that point; VGPU_SIM_TRACE=FILE appends "pid index moment" per step."""
     kill, trace = os.environ.get("VGPU_SIM_KILL_AT"), os.environ.get("VGPU_SIM_TRACE")
-    if target.sim is None or not (kill or trace):
+    pause, pause_dir = os.environ.get("VGPU_SIM_PAUSE_AT"), os.environ.get("VGPU_SIM_PAUSE_DIR")
+    if target.sim is None or not (kill or trace or (pause and pause_dir)):
         return None
-    index, _, when = (kill or "").partition(":")
+
+    def at(spec: str | None, i: int, moment: str) -> bool:
+        index, _, when = (spec or "").partition(":")
+        return bool(spec) and str(i) == index and moment == (when or "before")
 
     def hook(i, step, moment):
         if trace:
             with open(trace, "a") as fh:
                 fh.write(f"{os.getpid()} {i} {moment}\n")
-        if kill and str(i) == index and moment == (when or "before"):
+        if pause_dir and at(pause, i, moment):
+            Path(pause_dir, "ready").write_text(str(os.getpid()))
+            deadline = time.monotonic() + 60
+            while not Path(pause_dir, "go").exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        if at(kill, i, moment):
             os.kill(os.getpid(), signal.SIGKILL)
     return hook
 
@@ -140,9 +178,9 @@ def status(as_json, simulate, sim_dir, sysfs_root, snapshot) -> int:
     for warning in result.warnings:
         click.echo(f"warning: {safe(warning, markup=False)}", err=True)
     if result.profile is None:
-        planview.show_unprovisioned(target.paths.label, as_json)
-        return ExitCode.OK
-    planview.show_status(result.profile, target.paths.label, result.items, as_json)
+        planview.show_unprovisioned(target.paths.label, as_json, result.unfinished)
+    else:
+        planview.show_status(result.profile, target.paths.label, result.items, as_json, result.unfinished)
     return ExitCode.OK if result.in_sync else ExitCode.FAILURE
 
 

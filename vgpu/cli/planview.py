@@ -113,17 +113,26 @@ def show_provision(result) -> None:
               " (read back from the host)")
 
 
-def show_unprovisioned(host: str, as_json: bool) -> None:
+def show_unprovisioned(host: str, as_json: bool, unfinished: str | None = None) -> None:
     if as_json:
-        print_json({"schema": "vgpu.status/v1", "host": host, "profile": None, "in_sync": True, "items": []})
-    else:
-        console().print(f"{safe(host)}: no profile recorded (never provisioned, or released)")
+        print_json({"schema": "vgpu.status/v1", "host": host, "profile": None, "in_sync": unfinished is None,
+                    "unfinished_run": unfinished, "items": []})
+        return
+    console().print(f"{safe(host)}: no profile recorded (never provisioned, or released)")
+    _show_unfinished(unfinished)
 
 
-def show_status(profile: str, host: str, items, as_json: bool) -> None:
-    in_sync = all(i.ok for i in items)
+def _show_unfinished(unfinished: str | None) -> None:
+    """On stdout, where the verdict is read: a pending run means the host may be half-applied."""
+    if unfinished is not None:
+        console().print(f"[bold red]NOT in sync[/]: {safe(unfinished)}")
+
+
+def show_status(profile: str, host: str, items, as_json: bool, unfinished: str | None = None) -> None:
+    in_sync = unfinished is None and all(i.ok for i in items)
     if as_json:
         print_json({"schema": "vgpu.status/v1", "host": host, "profile": profile, "in_sync": in_sync,
+                    "unfinished_run": unfinished,
                     "items": [{"subject": i.subject, "what": i.what, "expected": i.expected, "actual": i.actual,
                                "ok": i.ok} for i in items]})
         return
@@ -134,5 +143,9 @@ def show_status(profile: str, host: str, items, as_json: bool) -> None:
                 i.actual)
     out = console()
     out.print(rows)
-    out.print("[green]in sync[/]" if in_sync else
-              f"[bold red]drift[/]: {sum(not i.ok for i in items)} item(s) differ; `vgpu provision --recorded` re-applies")
+    if unfinished is not None:
+        _show_unfinished(unfinished)
+    else:
+        out.print("[green]in sync[/]" if in_sync else
+                  f"[bold red]drift[/]: {sum(not i.ok for i in items)} item(s) differ; "
+                  "`vgpu provision --recorded` re-applies")

@@ -15,12 +15,13 @@ import errno
 import fcntl
 import json
 import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vgpu.errors import ApplyError, HostError, InputError, LockedError, VgpuError
+from vgpu.errors import ApplyError, HostError, InputError, InterruptedRun, LockedError, VgpuError
 from vgpu.host import steps as handlers
 from vgpu.host.files import FileStore
 from vgpu.inputs import InputFileError, load_json, write_error
@@ -189,8 +190,13 @@ class Executor:
             return []
         baseline = data.get("baseline", {})
         self.ctx.baseline = baseline if isinstance(baseline, dict) else {}
-        undone = self._rollback([(step, info) for step, info, _ in _entries(self.journal, data)])
-        self.journal.clear()
+        with deferred_signals() as signals:
+            undone = self._rollback([(step, info) for step, info, _ in _entries(self.journal, data)])
+            self.journal.clear()
+        if signals.received:
+            raise InterruptedRun(f"interrupted by {signal.Signals(signals.received).name}: the interrupted "
+                                 f"{data.get('profile', '?')} run was rolled back first ({len(undone)} step(s)); "
+                                 "nothing new was applied", signals.received)
         return undone
 
     def forget(self) -> None:
@@ -199,41 +205,56 @@ class Executor:
 
     def run(self, plan: Plan, baseline: dict[str, str | None],
             verify: Callable[[], None] | None = None) -> Outcome:
-        """Apply every step, then ``verify``; on any failure roll back and raise ApplyError."""
+        """Apply every step, then ``verify``; on any failure roll back and raise ApplyError. SIGINT
+        and SIGTERM are deferred while a step runs: the step finishes, then everything applied is
+        rolled back like a failure and InterruptedRun (exit 130 / 143) is raised."""
         self.ctx.baseline = dict(baseline)
         data = {"schema": JOURNAL_SCHEMA, "pid": os.getpid(), "profile": plan.profile,
                 "steps": len(plan.steps), "baseline": self.ctx.baseline, "entries": []}
-        self.journal.save(data)
         outcome, done = Outcome(), []
-        for index, step in enumerate(plan.steps):
-            try:
-                info = handlers.prepare(step, self.ctx)
-                data["entries"].append({"step": step.to_dict(), "info": info, "done": False})
-                self.journal.save(data)
-                self._fire(index, step, "before")
-                done.append((step, info))
-                handlers.apply(step, self.ctx, info)
-                data["entries"][-1]["done"] = True
-                self.journal.save(data)
-                self._fire(index, step, "after")
-                outcome.applied.append(step.describe())
-            except Exception as exc:  # anything, not just our errors: a half-applied host is rolled back
-                err = _as_vgpu_error(exc)
-                outcome.rolled_back = self._rollback_journaled(data, done)
-                self.journal.clear()
-                raise ApplyError(f"step {index + 1} ({step.describe()}) failed: {err.message}; "
-                                 f"rolled back {len(outcome.rolled_back)} step(s)", hint=err.hint) from exc
-        if verify is not None:
-            try:
-                verify()
-            except Exception as exc:
-                err = _as_vgpu_error(exc)
-                outcome.rolled_back = self._rollback_journaled(data, done)
-                self.journal.clear()
-                raise ApplyError(f"{err.message}; rolled back {len(outcome.rolled_back)} step(s)",
-                                 hint=err.hint) from exc
-        self.journal.clear()
+        with deferred_signals() as signals:
+            self.journal.save(data)
+            for index, step in enumerate(plan.steps):
+                try:
+                    info = handlers.prepare(step, self.ctx)
+                    data["entries"].append({"step": step.to_dict(), "info": info, "done": False})
+                    self.journal.save(data)
+                    self._fire(index, step, "before")
+                    done.append((step, info))
+                    handlers.apply(step, self.ctx, info)
+                    data["entries"][-1]["done"] = True
+                    self.journal.save(data)
+                    self._fire(index, step, "after")
+                    outcome.applied.append(step.describe())
+                except Exception as exc:  # anything, not just our errors: a half-applied host is rolled back
+                    self._undo(data, done, outcome, exc, f"step {index + 1} ({step.describe()}) failed: ")
+                if signals.received:
+                    self._undo_interrupted(data, done, outcome, signals.received,
+                                           f"after step {index + 1} of {len(plan.steps)} ({step.describe()})")
+            if verify is not None:
+                try:
+                    verify()
+                except Exception as exc:
+                    self._undo(data, done, outcome, exc, "")
+                if signals.received:
+                    self._undo_interrupted(data, done, outcome, signals.received, "during the verification")
+            self.journal.clear()
         return outcome
+
+    def _undo(self, data: dict, done: list[tuple[Step, dict]], outcome: Outcome, exc: Exception,
+              prefix: str) -> None:
+        err = _as_vgpu_error(exc)
+        outcome.rolled_back = self._rollback_journaled(data, done)
+        self.journal.clear()
+        raise ApplyError(f"{prefix}{err.message}; rolled back {len(outcome.rolled_back)} step(s)",
+                         hint=err.hint) from exc
+
+    def _undo_interrupted(self, data: dict, done: list[tuple[Step, dict]], outcome: Outcome, signum: int,
+                          where: str) -> None:
+        outcome.rolled_back = self._rollback_journaled(data, done)
+        self.journal.clear()
+        raise InterruptedRun(f"interrupted by {signal.Signals(signum).name} {where}: rolled back "
+                             f"{len(outcome.rolled_back)} step(s); the host is as it was before this run", signum)
 
     def _rollback_journaled(self, data: dict, done: list[tuple[Step, dict]]) -> list[str]:
         """Roll back, first marking the journal so that a crash during the rollback is never taken
@@ -258,6 +279,45 @@ class Executor:
     def _fire(self, index: int, step: Step, when: str) -> None:
         if self.hook is not None:
             self.hook(index, step, when)
+
+
+class _Signals:
+    received: int | None = None  # the first SIGINT/SIGTERM, None while none came
+    told = False
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[_Signals]:
+    """Hold SIGINT and SIGTERM while the host is being changed: they are recorded, not raised, so a
+    step is never cut in half and the rollback is never abandoned. A repeated signal is ignored with
+    one notice (SIGKILL still works: the journal tells the next run what to roll back). Outside the
+    main thread, where handlers cannot be installed, signals behave as usual."""
+    state = _Signals()
+
+    def handler(signum, _frame):
+        if state.received is None:
+            state.received = signum
+            note = (f"\nvgpu: {signal.Signals(signum).name} received: finishing the current step, then rolling "
+                    "back what this run applied\n")
+        elif not state.told:
+            state.told = True
+            note = ("vgpu: rolling back; interrupting again is ignored until the host is consistent "
+                    "(SIGKILL leaves a journal that the next run rolls back)\n")
+        else:
+            return
+        with contextlib.suppress(OSError):
+            os.write(2, note.encode())
+
+    try:
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread
+        yield state
+        return
+    try:
+        yield state
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _as_vgpu_error(exc: Exception) -> VgpuError:
