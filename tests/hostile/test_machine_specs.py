@@ -110,3 +110,99 @@ def test_a_sane_spec_with_module_parameters_still_builds(area):
     proc = vgpu("discover", "--json", "--simulate", str(path), "--sim-dir", str(area / "sim"), timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert (area / "sim" / "root" / "sys" / "module" / "gim" / "parameters" / "vf_num").read_text() == "4\n"
+
+
+# Fields that become sysfs paths besides module names: PCI addresses and driver names.
+PATH_FIELDS = {
+    "address-dotdot": ('  - {address: "0000:85:00.0/../../../decoy", kind: gpu, model: MI300X}\n', "PCI address"),
+    "address-absolute": ('  - {address: "/etc/passwd", kind: gpu, model: MI300X}\n', "PCI address"),
+    "address-device-over-1f": ('  - {address: "0000:85:20.0", kind: gpu, model: MI300X}\n', "PCI address"),
+    "path-dotdot": ('  - {address: "0000:85:00.0", kind: gpu, model: MI300X, path: ["../../decoy"]}\n',
+                    "PCI address"),
+    "iommu-group-with-dotdot": ('  - {address: "0000:85:00.0", kind: gpu, model: MI300X, '
+                                'iommu_group_with: "../decoy"}\n', "PCI address"),
+    "driver-dotdot": ('  - {address: "0000:21:00.0", kind: nic, driver: "../../../decoy"}\n', "driver"),
+    "driver-too-long": (f'  - {{address: "0000:21:00.0", kind: nic, driver: {"d" * 56}}}\n', "driver"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PATH_FIELDS))
+def test_spec_fields_that_become_paths_are_checked(area, name):
+    functions, needle = PATH_FIELDS[name]
+    path = area / "spec.yaml"
+    path.write_bytes(spec(functions=functions))
+    sim = area / "sim"
+    watch = Watch(area)
+    proc = vgpu("discover", "--simulate", str(path), "--sim-dir", str(sim), timeout=60)
+    assert_refused(proc, 5, needle)
+    watch.unchanged()
+    assert not sim.exists()
+
+
+# The same names in a hand-edited state.json of a real simulated host: refused as a damaged state before
+# the tree is rendered from it (the generation mark is bumped so that open() re-renders everything).
+STATE_EDITS = {
+    "module-dotdot": lambda s: s["modules"].__setitem__("../../../../decoy/x", {}),
+    "module-slash": lambda s: s["modules"].__setitem__("a/b", {}),
+    "param-dotdot": lambda s: s["modules"].setdefault("gim", {}).__setitem__("../../../../../decoy/p", "1"),
+    "holder-pid-dotdot": lambda s: s["holders"].__setitem__("../../decoy", {"pid": 1, "comm": "x", "group": 1}),
+    "driver-dotdot": lambda s: next(iter(s["functions"].values())).__setitem__("driver", "../../../../decoy"),
+    "override-dotdot": lambda s: next(iter(s["functions"].values())).__setitem__("driver_override", "../x"),
+    "address-key-dotdot": lambda s: s["functions"].__setitem__(
+        "../../../decoy", dict(next(iter(s["functions"].values())), address="../../../decoy")),
+    "parent-dotdot": lambda s: next(iter(s["functions"].values())).__setitem__("parent", "../../decoy"),
+    "available-module-dotdot": lambda s: s["available_modules"].append("../decoy"),
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    from vgpu.sim import SimHost
+    base = tmp_path_factory.mktemp("built")
+    SimHost.create(base / "sim")
+    return base / "sim"
+
+
+@pytest.mark.parametrize("name", sorted(STATE_EDITS))
+def test_hand_edited_state_names_never_become_paths(area, built, name):
+    import json
+    import shutil
+    sim = area / "sim"
+    shutil.copytree(built, sim, symlinks=True)
+    state = json.loads((sim / "state.json").read_text())
+    STATE_EDITS[name](state)
+    (sim / "state.json").write_text(json.dumps(state))
+    (sim / "tree-generation").write_text("999999")
+    watch = Watch(area)
+    proc = vgpu("discover", "--simulate", "--sim-dir", str(sim), timeout=60)
+    assert_refused(proc, 5, "state.json is corrupt")
+    watch.unchanged()
+
+
+@pytest.mark.parametrize("path", ["../decoy/x", "/etc/passwd", "sys/../../decoy", "sys/module/../../../x",
+                                  "sys/bus/pci/drivers/../../../../../decoy"])
+def test_the_tree_writer_refuses_any_path_outside_the_root(area, path):
+    from vgpu.errors import InputError
+    from vgpu.sim.tree import Tree
+    tree = Tree(area / "sim" / "root")
+    with pytest.raises(InputError, match="outside the simulated host's root"):
+        tree._write(tree.root / path, "pwned\n")
+    assert tree._at(tree.root / "sys/module/gim") == tree.root / "sys/module/gim"
+
+
+def test_a_state_that_skipped_validation_still_cannot_write_outside(area, built):
+    """Belt and braces: even a state that never went through load_state (model_construct) cannot make
+    the tree writer leave the simulator root."""
+    import shutil
+    from vgpu.errors import InputError
+    from vgpu.sim.state import load_state
+    from vgpu.sim.tree import Tree
+    sim = area / "sim"
+    shutil.copytree(built, sim, symlinks=True)
+    state = load_state(sim)
+    state.modules["../../../../decoy"] = {"pwned": "1"}  # validate_assignment is off
+    watch = Watch(area / "decoy")
+    with pytest.raises(InputError, match="outside the simulated host's root"):
+        Tree(sim / "root").render_globals(state)
+    watch.unchanged()
+    assert not (area / "pwned").exists()

@@ -124,7 +124,7 @@ class FunctionSpec(_Strict):
     subsystem_device: HexInt | None = None
     class_code: HexInt | None = None
     revision: int = Field(0, ge=0, le=255)
-    driver: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    driver: str | None = Field(None, pattern=f"^{MODULE_NAME.pattern}$")  # becomes a sysfs directory name
     no_driver: bool = False
     numa_node: int = Field(0, ge=-1, le=63)
     bars: tuple[BarSpec, ...] | None = None

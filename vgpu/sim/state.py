@@ -14,12 +14,13 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from vgpu.fsutil import atomic_write
 from vgpu.errors import InputError
 from vgpu.inputs import InputFileError, load_json
 from vgpu.model.pci import PciAddress
+from vgpu.sim.drivers import MODULE_NAME, PARAM_NAME
 
 STATE_SCHEMA = "vgpu.sim.state/v1"
 STATE_FILE = "state.json"
@@ -129,6 +130,23 @@ class SimState(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
+    @model_validator(mode="after")
+    def _names_are_kernel_names(self) -> "SimState":
+        """Names become paths under root/ (vgpu.sim.tree), so a hand-edited state.json is held to the
+        machine spec's rules: kernel module, driver and parameter names, sysfs PCI addresses, numeric pids."""
+        fs = self.functions.values()
+        drivers = [*self.modules, *self.module_versions, *self.available_modules, *self.dynamic_ids,
+                   *(d for f in fs for d in (f.driver, f.natural_driver, f.driver_override) if d is not None)]
+        bad = next((d for d in drivers if not MODULE_NAME.fullmatch(d)), None)
+        bad = bad or next((p for ps in self.modules.values() for p in ps if not PARAM_NAME.fullmatch(p)), None)
+        bad = bad or next((p for p in self.holders if not p.isascii() or not p.isdigit() or len(p) > 10), None)
+        addresses = [*self.functions, *self.gim_saved,
+                     *(a for f in fs for a in (f.address, f.parent, f.physfn) if a is not None)]
+        bad = bad or next((a for a in addresses if not _sysfs_address(a)), None)
+        if bad is not None:
+            raise ValueError(f"{bad!r} is not a kernel name, pid or PCI address")
+        return self
+
     def function(self, address: str) -> Function | None:
         return self.functions.get(address)
 
@@ -141,6 +159,13 @@ class SimState(BaseModel):
     def vfs_of(self, pf: Function) -> list[Function]:
         vfs = [f for f in self.functions.values() if f.physfn == pf.address]
         return sorted(vfs, key=lambda f: f.vf_index or 0)
+
+
+def _sysfs_address(text: str) -> bool:
+    try:
+        return str(PciAddress.parse(text)) == text
+    except InputError:
+        return False
 
 
 def load_state(state_dir: Path) -> SimState:
@@ -161,7 +186,7 @@ def load_state(state_dir: Path) -> SimState:
             raise ValueError(f"schema is not {STATE_SCHEMA}")
         return SimState.model_validate(data)
     except (ValueError, ValidationError) as exc:
-        first = str(exc).splitlines()[0]
+        first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc).splitlines()[0]
         raise InputError(f"simulated host state {path} is corrupt ({first})",
                          hint="rebuild it with `vgpu sim reset`") from None
 

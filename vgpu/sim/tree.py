@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 from vgpu.catalog import DEFAULT as CATALOG
+from vgpu.errors import InputError
 from vgpu.sim import drivers
 from vgpu.sim.state import Function, SimState
 
@@ -67,8 +68,28 @@ class Tree:
 
     def __init__(self, root: Path):
         self.root = Path(root)
+        self._root = os.path.normpath(os.path.abspath(self.root))
         self.sys = self.root / "sys"
         self._dirs: dict[str, Path] = {}  # an address always sits under the same bridges
+
+    # -- every write, link and removal below goes through _at --------------------------------
+    def _at(self, path: Path | str) -> Path:
+        """``path`` if it lies below this tree's root, else InputError: names from a machine spec or a
+        hand-edited state.json (a module called ``../../x``, a parameter ``a/../../b``) never reach a
+        path outside the simulator directory. Lexical, like the kernel's own names: '..' and absolute
+        parts are resolved without following links (the simulator directory is the user's own)."""
+        text = os.path.normpath(os.path.join(self._root, path))
+        if not text.startswith(self._root + os.sep):
+            raise InputError(f"refusing to write {path}: it is outside the simulated host's root {self._root} "
+                             "(a module, parameter or device name in the machine spec or state.json is not a "
+                             "kernel name)")
+        return Path(path)
+
+    def _write(self, path: Path, text: str, mode: int = RO) -> None:
+        write(self._at(path), text, mode)
+
+    def _link(self, path: Path, target: str) -> None:
+        link(self._at(path), target)
 
     def device_dir(self, state: SimState, f: Function) -> Path:
         cached = self._dirs.get(f.address)
@@ -88,13 +109,13 @@ class Tree:
     # -- whole tree ---------------------------------------------------------------------------
     def render_all(self, state: SimState) -> None:
         for name in ("sys", "proc", "dev"):
-            shutil.rmtree(self.root / name, ignore_errors=True)
+            shutil.rmtree(self._at(self.root / name), ignore_errors=True)
         for sub in ("sys/devices", "sys/bus/pci/devices", "sys/bus/pci/drivers", "sys/kernel/iommu_groups",
                     "sys/class/iommu", "sys/module", "proc", "dev", "etc/modprobe.d"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
-        write(self.sys / "bus/pci/drivers_probe", "", WO)
-        write(self.sys / "bus/pci/drivers_autoprobe", "1\n", RW)
-        write(self.sys / "bus/pci/rescan", "", WO)
+            self._at(self.root / sub).mkdir(parents=True, exist_ok=True)
+        self._write(self.sys / "bus/pci/drivers_probe", "", WO)
+        self._write(self.sys / "bus/pci/drivers_autoprobe", "1\n", RW)
+        self._write(self.sys / "bus/pci/rescan", "", WO)
         for f in sorted(state.functions.values(), key=lambda x: self._depth(state, x)):
             self.render_function(state, f)
         self.render_globals(state)
@@ -111,32 +132,31 @@ class Tree:
         """Write the function's directory; attributes that never change only when it is new."""
         d = self.device_dir(state, f)
         if not d.is_dir():
-            d.mkdir(parents=True)
+            self._at(d).mkdir(parents=True)
             self._static(f, d)
-        write(d / "driver_override", (f.driver_override or "(null)") + "\n", RW)
-        write(d / "uevent", _uevent(f))
-        write(d / "enable", "1\n" if f.driver else "0\n")
+        self._write(d / "driver_override", (f.driver_override or "(null)") + "\n", RW)
+        self._write(d / "uevent", _uevent(f))
+        self._write(d / "enable", "1\n" if f.driver else "0\n")
         if f.sriov:
-            write(d / "sriov_numvfs", f"{f.sriov.num_vfs}\n", RW)
+            self._write(d / "sriov_numvfs", f"{f.sriov.num_vfs}\n", RW)
         self._links(state, f, d)
         self._partition_attrs(f, d)
 
-    @staticmethod
-    def _static(f: Function, d: Path) -> None:
+    def _static(self, f: Function, d: Path) -> None:
         for name, value in _attributes(f).items():
-            write(d / name, value + "\n")
+            self._write(d / name, value + "\n")
         if f.sriov:
             for name, value in (("sriov_totalvfs", f.sriov.total_vfs), ("sriov_offset", f.sriov.offset),
                                 ("sriov_stride", f.sriov.stride)):
-                write(d / name, f"{value}\n")
-            write(d / "sriov_vf_device", f"{f.sriov.vf_device:x}\n")
-            write(d / "sriov_drivers_autoprobe", "1\n", RW)
-        write(d / "resource", _resource(f))
+                self._write(d / name, f"{value}\n")
+            self._write(d / "sriov_vf_device", f"{f.sriov.vf_device:x}\n")
+            self._write(d / "sriov_drivers_autoprobe", "1\n", RW)
+        self._write(d / "resource", _resource(f))
         for name in ("remove", "reset", "rescan"):
-            write(d / name, "", WO)
+            self._write(d / name, "", WO)
 
     def _links(self, state: SimState, f: Function, d: Path) -> None:
-        link(d / "subsystem", _rel(d / "subsystem", self.sys / "bus/pci"))
+        self._link(d / "subsystem", _rel(d / "subsystem", self.sys / "bus/pci"))
         self._optional_link(d / "driver", self.sys / "bus/pci/drivers" / f.driver if f.driver else None)
         group = self.sys / "kernel/iommu_groups" / str(f.iommu_group) if f.iommu_group is not None else None
         self._optional_link(d / "iommu_group", group)
@@ -145,42 +165,40 @@ class Tree:
         wanted = {f"virtfn{vf.vf_index}": vf for vf in state.vfs_of(f)}
         for entry in os.listdir(d):
             if entry.startswith("virtfn") and entry not in wanted:
-                os.unlink(d / entry)
+                os.unlink(self._at(d / entry))
         for name, vf in wanted.items():
-            link(d / name, _rel(d / name, self.device_dir(state, vf)))
+            self._link(d / name, _rel(d / name, self.device_dir(state, vf)))
 
-    @staticmethod
-    def _optional_link(path: Path, target: Path | None) -> None:
+    def _optional_link(self, path: Path, target: Path | None) -> None:
         if target is None:
             if os.path.lexists(path):
-                os.unlink(path)
+                os.unlink(self._at(path))
         else:
-            link(path, _rel(path, target))
+            self._link(path, _rel(path, target))
 
-    @staticmethod
-    def _partition_attrs(f: Function, d: Path) -> None:
+    def _partition_attrs(self, f: Function, d: Path) -> None:
         """GIM-bound PFs show GIM's partition files, amdgpu-bound ones amdgpu's (docs/hardware.md §2-3)."""
         gim = f.driver == "gim" and f.compute_partition is not None
         amdgpu = f.driver == "amdgpu" and f.compute_partition is not None
         stale = (() if gim else GIM_ATTRS) + (() if amdgpu else AMDGPU_ATTRS)
         for name in stale:
             if os.path.lexists(d / name):
-                os.unlink(d / name)
+                os.unlink(self._at(d / name))
         if gim:
-            write(d / "memory_partition_mode", f"{f.memory_partition}\n", RW)
-            write(d / "spatial_partition_mode", f"{f.compute_partition}\n", RO)
-            write(d / "accelerator_partition_profile", f"{f.compute_partition}\n", RW)
+            self._write(d / "memory_partition_mode", f"{f.memory_partition}\n", RW)
+            self._write(d / "spatial_partition_mode", f"{f.compute_partition}\n", RO)
+            self._write(d / "accelerator_partition_profile", f"{f.compute_partition}\n", RW)
         if amdgpu:
             model = CATALOG.by_name(f.gpu_model or "")
-            write(d / "current_compute_partition", f"{f.compute_partition}\n", RW)
-            write(d / "current_memory_partition", f"{f.memory_partition}\n", RW)
-            write(d / "available_compute_partition",
+            self._write(d / "current_compute_partition", f"{f.compute_partition}\n", RW)
+            self._write(d / "current_memory_partition", f"{f.memory_partition}\n", RW)
+            self._write(d / "available_compute_partition",
                   ", ".join(p.value for p in (model.compute_partitions if model else ())) + "\n")
-            write(d / "available_memory_partition",
+            self._write(d / "available_memory_partition",
                   ", ".join(p.value for p in (model.memory_partitions if model else ())) + "\n")
 
     def remove_function(self, state: SimState, f: Function) -> None:
-        shutil.rmtree(self.device_dir(state, f), ignore_errors=True)
+        shutil.rmtree(self._at(self.device_dir(state, f)), ignore_errors=True)
 
     # -- host-wide parts ---------------------------------------------------------------------
     def render_globals(self, state: SimState) -> None:
@@ -194,8 +212,8 @@ class Tree:
         self._dev(state)
 
     def _sync_links(self, directory: Path, wanted: dict[str, Path]) -> None:
-        os.makedirs(directory, exist_ok=True)
-        base = str(directory)
+        base = str(self._at(directory))
+        os.makedirs(base, exist_ok=True)
         existing = {}
         for entry in os.scandir(base):
             if entry.is_symlink():
@@ -205,9 +223,10 @@ class Tree:
         for name, target in wanted.items():
             rel = _rel(f"{base}/{name}", target)
             if existing.get(name) != rel:
+                path = self._at(f"{base}/{name}")
                 if name in existing:
-                    os.unlink(f"{base}/{name}")
-                os.symlink(rel, f"{base}/{name}")
+                    os.unlink(path)
+                os.symlink(rel, path)
 
     def _bus_links(self, state: SimState) -> None:
         self._sync_links(self.sys / "bus/pci/devices",
@@ -218,13 +237,13 @@ class Tree:
         registered = registered_drivers(state)
         for entry in os.listdir(base):
             if entry not in registered:
-                shutil.rmtree(base / entry)
+                shutil.rmtree(self._at(base / entry))
         for drv, module in registered.items():
             d = base / drv
-            d.mkdir(exist_ok=True)
+            self._at(d).mkdir(exist_ok=True)
             for name in ("bind", "unbind", "new_id", "remove_id"):
-                write(d / name, "", WO)
-            write(d / "uevent", "", WO)
+                self._write(d / name, "", WO)
+            self._write(d / "uevent", "", WO)
             bound = {f.address: self.device_dir(state, f)
                      for f in state.functions.values() if f.driver == drv}
             if module:
@@ -239,34 +258,32 @@ class Tree:
                 groups.setdefault(f.iommu_group, []).append(f)
         for entry in os.listdir(base):
             if not entry.isdigit() or int(entry) not in groups:
-                shutil.rmtree(base / entry)
+                shutil.rmtree(self._at(base / entry))
         kind = "identity" if "iommu=pt" in state.cmdline.split() else "DMA-FQ"
         for number, members in groups.items():
             d = base / str(number)
-            d.mkdir(exist_ok=True)
+            self._at(d).mkdir(exist_ok=True)
             if not (d / "type").exists():
-                write(d / "type", kind + "\n", RW)
+                self._write(d / "type", kind + "\n", RW)
             self._sync_links(d / "devices", {f.address: self.device_dir(state, f) for f in members})
 
     def _modules(self, state: SimState) -> None:
         base = self.sys / "module"
         for entry in os.listdir(base):
             if entry not in state.modules:
-                shutil.rmtree(base / entry)
+                shutil.rmtree(self._at(base / entry))
         for module, params in state.modules.items():
-            if not drivers.MODULE_NAME.fullmatch(module) or not all(map(drivers.PARAM_NAME.fullmatch, params)):
-                raise ValueError(f"module {module!r} or one of its parameters is not a kernel name")  # never a path
             d = base / module
-            (d / "parameters").mkdir(parents=True, exist_ok=True)
+            self._at(d / "parameters").mkdir(parents=True, exist_ok=True)
             for entry in os.listdir(d / "parameters"):
                 if entry not in params:
-                    os.unlink(d / "parameters" / entry)
+                    os.unlink(self._at(d / "parameters" / entry))
             for key, value in params.items():
-                write(d / "parameters" / key, value + "\n", RW)
+                self._write(d / "parameters" / key, value + "\n", RW)
             if module in state.module_versions:
-                write(d / "version", state.module_versions[module] + "\n")
-            write(d / "initstate", "live\n")
-            write(d / "refcnt", "0\n")
+                self._write(d / "version", state.module_versions[module] + "\n")
+            self._write(d / "initstate", "live\n")
+            self._write(d / "refcnt", "0\n")
             drv = drivers.driver_of(module)
             registered = drv in registered_drivers(state)
             links = {f"pci:{drv}": self.sys / "bus/pci/drivers" / drv} if registered else {}
@@ -279,45 +296,45 @@ class Tree:
             iommus = [f for f in state.sorted_functions() if f.kind == "iommu"]
             for n, f in enumerate(iommus):
                 target = self.device_dir(state, f) / "iommu" / f"ivhd{n}"
-                target.mkdir(parents=True, exist_ok=True)
+                self._at(target).mkdir(parents=True, exist_ok=True)
                 units[f"ivhd{n}"] = target
         self._sync_links(base, units)
 
     def _misc(self, state: SimState) -> None:
         for size in ("2048", "1048576"):
             d = self.sys / f"kernel/mm/hugepages/hugepages-{size}kB"
-            d.mkdir(parents=True, exist_ok=True)
-            write(d / "nr_hugepages", f"{state.hugepages.get(size, 0)}\n", RW)
-            write(d / "free_hugepages", f"{state.hugepages.get(size, 0)}\n")
+            self._at(d).mkdir(parents=True, exist_ok=True)
+            self._write(d / "nr_hugepages", f"{state.hugepages.get(size, 0)}\n", RW)
+            self._write(d / "free_hugepages", f"{state.hugepages.get(size, 0)}\n")
 
     def _proc(self, state: SimState) -> None:
         proc = self.root / "proc"
-        proc.mkdir(exist_ok=True)
-        write(proc / "cmdline", state.cmdline + "\n")
-        write(proc / "cpuinfo", f"processor\t: 0\nvendor_id\t: {state.cpu_vendor}\n\n")
+        self._at(proc).mkdir(exist_ok=True)
+        self._write(proc / "cmdline", state.cmdline + "\n")
+        self._write(proc / "cpuinfo", f"processor\t: 0\nvendor_id\t: {state.cpu_vendor}\n\n")
         for entry in os.listdir(proc):
             if entry.isdigit() and entry not in state.holders:
-                shutil.rmtree(proc / entry)
+                shutil.rmtree(self._at(proc / entry))
         for pid, holder in state.holders.items():
-            (proc / pid / "fd").mkdir(parents=True, exist_ok=True)
-            write(proc / pid / "comm", holder.comm + "\n")
-            link(proc / pid / "fd" / "3", f"/dev/vfio/{holder.group}")
+            self._at(proc / pid / "fd").mkdir(parents=True, exist_ok=True)
+            self._write(proc / pid / "comm", holder.comm + "\n")
+            self._link(proc / pid / "fd" / "3", f"/dev/vfio/{holder.group}")
 
     def _dev(self, state: SimState) -> None:
         vfio = self.root / "dev/vfio"
         groups = {f.iommu_group for f in state.functions.values()
                   if f.driver == "vfio-pci" and f.iommu_group is not None}
         if "vfio" not in state.modules and not groups:
-            shutil.rmtree(vfio, ignore_errors=True)
+            shutil.rmtree(self._at(vfio), ignore_errors=True)
             return
-        vfio.mkdir(parents=True, exist_ok=True)
+        self._at(vfio).mkdir(parents=True, exist_ok=True)
         for entry in os.listdir(vfio):
             if entry.isdigit() and int(entry) not in groups:
-                os.unlink(vfio / entry)
-        write(vfio / "vfio", "", 0o666)
+                os.unlink(self._at(vfio / entry))
+        self._write(vfio / "vfio", "", 0o666)
         for g in groups:
             if not (vfio / str(g)).exists():
-                write(vfio / str(g), "", 0o600)
+                self._write(vfio / str(g), "", 0o600)
 
 
 def registered_drivers(state: SimState) -> dict[str, str | None]:
