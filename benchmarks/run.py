@@ -21,7 +21,7 @@ def main() -> int:
     ap.add_argument("--no-record", action="store_true", help="print the results without recording them")
     args = ap.parse_args()
     record = [] if args.no_record else ["--record"]
-    runs = [["bench_discovery.py"], ["bench_plan.py"]]
+    runs = [["bench_discovery.py"], ["bench_plan.py"], ["bench_snapshot.py"]]
     if args.all:
         runs.append(["validate_fanout.py", "--guests", "32", "--concurrency", "8", "--repeat", "3"])
     failed = 0

@@ -177,9 +177,10 @@ def _resolve_inside(tree: dict[tuple[str, ...], str], link: tuple[str, ...], bad
 
 def _write(raw: bytes, bad: _Refusal, root: Path, tree: dict[tuple[str, ...], str]) -> None:
     """Create what :func:`_scan` accepted, never through a link."""
+    made: set[tuple[str, ...]] = {()}  # directories this pass created (checked once, not per member)
     for tar, member in _members(raw, bad):
         parts = tuple(p for p in member.name.split("/") if p not in ("", "."))
-        _make_dirs(root, parts if member.isdir() else parts[:-1], bad)
+        _make_dirs(root, parts if member.isdir() else parts[:-1], bad, made)
         target = root.joinpath(*parts)
         if member.isdir():
             continue
@@ -198,10 +199,15 @@ def _write(raw: bytes, bad: _Refusal, root: Path, tree: dict[tuple[str, ...], st
                 remaining -= len(chunk)
 
 
-def _make_dirs(root: Path, parts: tuple[str, ...], bad: _Refusal) -> None:
+def _make_dirs(root: Path, parts: tuple[str, ...], bad: _Refusal, made: set[tuple[str, ...]]) -> None:
+    if parts in made:
+        return
     current = root
-    for part in parts:
+    for i, part in enumerate(parts, 1):
         current = current / part
+        if parts[:i] in made:
+            continue
+        made.add(parts[:i])
         try:
             os.mkdir(current, 0o700)
         except FileExistsError:
