@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import REPO, Watch, assert_refused, vgpu
+from .test_non_root import area, as_nobody, python_for_nobody  # noqa: F401 (fixtures)
 
 COMMANDS = {"snapshot": ("host", "snapshot"), "export": ("export",)}
 
@@ -97,3 +98,61 @@ def test_dash_is_stdout_and_a_regular_file_is_replaced(sim, tmp_path, command):
         assert stat.S_IMODE(target.stat().st_mode) == 0o600  # it describes the host
         with tarfile.open(target) as tar:
             assert "MANIFEST.json" in tar.getnames()
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_socket_target_is_refused(sim, tmp_path, command):
+    import socket
+    target = tmp_path / "sock"
+    server = socket.socket(socket.AF_UNIX)
+    try:
+        server.bind(str(target))
+        watch = Watch(tmp_path)
+        assert_refused(run(command, sim, str(target)), 5, "socket")
+        watch.unchanged()
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_link_to_dev_null_is_refused_and_both_stay(sim, tmp_path, command):
+    link = tmp_path / "out.tar.gz"
+    link.symlink_to("/dev/null")
+    before = device_id("/dev/null")
+    watch = Watch(tmp_path)
+    assert_refused(run(command, sim, str(link)), 5, "symbolic link")
+    watch.unchanged()
+    assert device_id("/dev/null") == before
+
+
+def _limit_file_size():  # in the child: files may not grow past 64 bytes (a profile is ~250), and the
+    import resource     # signal is ignored, so the write fails with EFBIG
+    import signal
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_write_that_fails_midway_is_one_line_and_keeps_the_old_file(sim, tmp_path, command):
+    """A real write error on the file (RLIMIT_FSIZE: EFBIG, the same path as a full disk): exit 5, one
+    line naming the file, the old content kept and no temporary file left beside it."""
+    target = tmp_path / "result"
+    target.write_text("old\n")
+    watch = Watch(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "vgpu", *COMMANDS[command], "--simulate", "--sim-dir",
+                           str(sim), "-o", str(target)], capture_output=True, text=True, timeout=30,
+                          preexec_fn=_limit_file_size,
+                          env=dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1", PYTHONDONTWRITEBYTECODE="1"))
+    assert_refused(proc, 5, str(target), "cannot write")
+    watch.unchanged()
+
+
+def test_a_directory_the_user_cannot_write_is_one_line(python_for_nobody, area):
+    """As a normal user, -o into a directory it cannot write: exit 5 (permission denied), not 70."""
+    home = area / "nobody"
+    target = area / "snap.tar.gz"  # area itself is root's
+    proc = as_nobody(python_for_nobody, "host", "snapshot", "--simulate", "--sim-dir", str(home / "sim"),
+                     "-o", str(target), home=str(home))
+    assert_refused(proc, 5, str(target), "permission denied")
+    assert not target.exists()
+    assert sorted(os.listdir(area)) == ["nobody"]

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import Watch, assert_refused, vgpu
+from .test_non_root import NOBODY, area, as_nobody, python_for_nobody  # noqa: F401 (fixtures)
 from vgpu.host.archive import MAX_MEMBER_SIZE, MAX_MEMBERS, MAX_STREAM, MAX_UNPACKED
 from vgpu.inputs import LIMITS
 
@@ -81,11 +82,12 @@ def info(name: str, kind: bytes = tarfile.REGTYPE, *, size: int = 0, link: str =
     return m
 
 
-def build(path: Path, real, extra, *, before: bool = False, compress: str = "gz") -> Path:
+def build(path: Path, real, extra, *, before: bool = False, compress: str = "gz",
+          fmt: int = tarfile.GNU_FORMAT) -> Path:
     """Write the real members plus ``extra`` ((TarInfo, bytes|None) pairs) as one archive."""
     members = (list(extra) + list(real)) if before else (list(real) + list(extra))
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
+    with tarfile.open(fileobj=buffer, mode="w", format=fmt) as tar:
         for m, data in members:
             tar.addfile(m, io.BytesIO(data) if data is not None else None)
     raw = buffer.getvalue()
@@ -136,6 +138,14 @@ ESCAPES = {
     "dir-replaced-by-link": [(info("sys/zz", tarfile.DIRTYPE, mode=0o755), None), link_member("sys/zz", UP)],
     "file-through-inner-link": [link_member("sysalias", "sys"), file_member("sysalias/bus/pci/x")],
     "backslash-name": [file_member("..\\..\\..\\decoy\\pwned")],
+    "link-then-file-same-name": [link_member("sys/x", UP + "decoy/pwned"), file_member("sys/x")],
+    "file-then-link-same-name": [file_member("sys/x"), link_member("sys/x", UP + "decoy")],
+    "link-then-dir-same-name": [link_member("sys/x", UP + "decoy"),
+                                (info("sys/x", tarfile.DIRTYPE, mode=0o755), None), file_member("sys/x/pwned")],
+    "dir-link-in-member-path": [link_member("sys/d", "bus"), link_member("sys/d/up", UP + "decoy")],
+    "chain-of-links-climbing": [link_member("c1", "."), link_member("c2", "c1/c1/.."), link_member("c3", "c2/c2/.."),
+                                link_member("c4", "c3/" + UP + "decoy"), file_member("c4/pwned")],
+    "name-too-long": [file_member("sys/" + "a/" * 2100 + "pwned")],
     "cve-2025-4517-chain": "chain247",
     "cve-2025-4517-short-chain": "chain100",
 }
@@ -172,6 +182,7 @@ KINDS = {
     "setuid-file": (info("sys/suid", size=3, mode=0o4755), b"#!\n", "set-id"),
     "setgid-dir": (info("sys/sgid", tarfile.DIRTYPE, mode=0o2755), None, "set-id"),
     "sticky-dir": (info("sys/sticky", tarfile.DIRTYPE, mode=0o1777), None, "sticky"),
+    "gnu-sparse": (info("sys/sparse", tarfile.GNUTYPE_SPARSE), None, "sparse"),
 }
 
 
@@ -190,6 +201,15 @@ def test_a_name_given_twice_is_refused(case, real_members):
     case.assert_untouched()
 
 
+def test_a_name_with_a_nul_byte_is_refused(case, real_members):
+    """A pax header can carry a NUL inside a name, which the C library would cut short."""
+    member, data = file_member("sys/ok")
+    member.pax_headers = {"path": "sys/pwned\x00/" + UP + "decoy/pwned"}
+    archive = build(case.inbox / "snap.tar.gz", real_members, [(member, data)], fmt=tarfile.PAX_FORMAT)
+    assert_refused(case.run(archive), 5, "unusable name")
+    case.assert_untouched()
+
+
 # --- sizes: bombs and caps --------------------------------------------------------------------------------------
 
 def test_member_over_the_size_cap_is_refused_before_it_is_written(case, real_members):
@@ -197,6 +217,15 @@ def test_member_over_the_size_cap_is_refused_before_it_is_written(case, real_mem
     archive = build(case.inbox / "snap.tar.gz", real_members, [file_member("sys/big", big)])
     assert archive.stat().st_size < 100_000  # a bomb: small archive, big member
     assert_refused(case.run(archive), 5, "over the limit", "per member")
+    case.assert_untouched()
+
+
+def test_a_size_in_a_pax_header_is_refused_before_it_is_read(case, real_members):
+    """The header says 8 GiB, the archive holds one byte: refused on the header, nothing read on."""
+    member, data = file_member("sys/liar", b"x")
+    member.pax_headers = {"size": str(8 << 30)}
+    archive = build(case.inbox / "snap.tar.gz", real_members, [(member, data)], fmt=tarfile.PAX_FORMAT)
+    assert_refused(case.run(archive), 5, "sys/liar", f"limit of {MAX_MEMBER_SIZE >> 20} MiB per member")
     case.assert_untouched()
 
 
@@ -235,6 +264,24 @@ def test_a_compressed_stream_bomb_stops_at_the_stream_cap(case):
     case.assert_untouched()
 
 
+def test_an_xz_stream_bomb_stops_at_the_stream_cap(case):
+    """A pax extended header of 200 MiB of zeros (tarfile reads it whole), xz-compressed to a few KiB:
+    refused when the decompressed stream passes its cap, before tarfile gets the header."""
+    size = 200 << 20
+    header = info("././@PaxHeader", tarfile.XHDTYPE, size=size).tobuf(format=tarfile.USTAR_FORMAT)
+    comp = lzma.LZMACompressor(preset=0)
+    path = case.inbox / "bomb.tar.xz"
+    with open(path, "wb") as raw:
+        raw.write(comp.compress(header))
+        block = b"\0" * (4 << 20)
+        for _ in range(size // len(block)):
+            raw.write(comp.compress(block))
+        raw.write(comp.flush())
+    assert path.stat().st_size < 1_000_000
+    assert_refused(case.run(path), 5, f"more than {MAX_STREAM >> 20} MiB")
+    case.assert_untouched()
+
+
 # --- files that are no archive, or no snapshot -----------------------------------------------------------------
 
 def test_truncated_archive(case, real_members):
@@ -259,6 +306,14 @@ def test_not_an_archive(case, content, needle):
     case.assert_untouched()
 
 
+def test_an_empty_archive_is_not_a_snapshot(case):
+    path = case.inbox / "empty.tar.gz"
+    build(path, [], [])
+    assert tarfile.open(path).getmembers() == []  # a valid, empty archive
+    assert_refused(case.run(path), 5, "not a vgpu host snapshot", "MANIFEST")
+    case.assert_untouched()
+
+
 @pytest.mark.parametrize("problem", ["missing", "bad-schema", "not-json", "link-out"])
 def test_manifest_problems(case, real_members, problem):
     real = [(m, d) for m, d in real_members if m.name != "MANIFEST.json"]
@@ -277,6 +332,7 @@ def test_manifest_problems(case, real_members, problem):
     ("missing", "does not exist"),
     ("fifo", "FIFO"),
     ("dev-zero", "character device"),
+    ("dev-zero-itself", "character device"),
     ("directory", "directory"),
     ("over-cap", f"{LIMITS['snapshot'] >> 20} MiB"),
 ])
@@ -291,7 +347,7 @@ def test_snapshot_path_that_is_not_a_regular_file(case, how, needle):
     elif how == "over-cap":
         with open(path, "wb") as fh:
             fh.truncate(LIMITS["snapshot"] + 1)
-    proc = case.run(path)
+    proc = case.run(Path("/dev/zero") if how == "dev-zero-itself" else path)
     assert_refused(proc, 5, needle)  # 5 (bad input), never click's 2
     case.assert_untouched()
 
@@ -315,3 +371,19 @@ def test_inner_links_that_stay_inside_are_kept(case, real_members):
     proc = case.run(archive)
     assert proc.returncode == 0, proc.stderr
     case.assert_untouched()
+
+
+def test_an_unreadable_snapshot_is_exit_5_not_2(python_for_nobody, area, real_members):
+    """chmod 000 stops only a normal user (root reads anything): run as nobody. Exit 5 and one line,
+    never click's usage error 2 or a traceback."""
+    home = area / "nobody"
+    tmp = home / "tmp"
+    tmp.mkdir()
+    os.chown(tmp, NOBODY, NOBODY)
+    snap = build(home / "snap.tar.gz", real_members, [])
+    os.chown(snap, NOBODY, NOBODY)
+    snap.chmod(0)
+    watch = Watch(area)
+    proc = as_nobody(python_for_nobody, "discover", "--snapshot", str(snap), home=str(home), TMPDIR=str(tmp))
+    assert_refused(proc, 5, str(snap), "permission denied")
+    watch.unchanged()

@@ -44,7 +44,8 @@ def host_options(fn: Callable) -> Callable:
                      help="State directory of the simulated host (default $VGPU_SIM_DIR or ~/.cache/vgpu/sim)."),
         click.option("--sysfs-root", type=click.Path(path_type=Path), default=None,
                      help="Read a captured sysfs tree: DIR stands for /sys (read-only)."),
-        click.option("--snapshot", type=click.Path(path_type=Path), default=None,
+        # readable=False: vgpu.inputs checks the file (unreadable is exit 5 naming it, not click's 2)
+        click.option("--snapshot", type=click.Path(path_type=Path, readable=False), default=None,
                      help="Read a snapshot from `vgpu host snapshot` (read-only)."),
     ]
     for option in reversed(options):
