@@ -90,7 +90,8 @@ def test_a_directory_vgpu_did_not_make_is_never_touched(tmp_path, command, kind,
     else:
         env["VGPU_SIM_DIR"] = value
     watch = Watch(tmp_path)
-    proc = vgpu(*args, env=env, cwd=tmp_path / "decoy", timeout=60)
+    cwd = tmp_path / ("decoy" if kind == "empty" else "home")  # '' would be the decoy; '.' is tested below
+    proc = vgpu(*args, env=env, cwd=cwd, timeout=60)
     assert_refused(proc, 5, NEEDLES[kind])
     watch.unchanged()
     assert watched.exists()
@@ -127,3 +128,23 @@ def test_reset_replaces_a_marked_host_but_keeps_its_neighbours(tmp_path):
     assert (host / ".vgpu-sim").is_file()
     watch.unchanged()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["host", "neighbour.txt"]  # no staging left
+
+
+@pytest.mark.parametrize("value, cwd", [(".", "empty"), ("..", "empty/sub"), ("../..", "empty/sub/deeper"),
+                                        ("", "empty")])
+@pytest.mark.parametrize("command", ["discover", "sim-reset", "sim-remove"])
+def test_the_current_directory_and_its_parents_are_refused_even_when_empty(tmp_path, command, value, cwd):
+    """'.' or '..' in an empty directory would otherwise be adopted as a new simulated host, which
+    `vgpu sim remove` then deletes with the operator standing in it."""
+    (tmp_path / cwd).mkdir(parents=True)
+    watch = Watch(tmp_path)
+    proc = vgpu(*COMMANDS[command], "--sim-dir", value, cwd=tmp_path / cwd, timeout=30)
+    assert_refused(proc, 5, "empty" if value == "" else "the current directory or one above it")
+    watch.unchanged()
+
+
+def test_a_marked_host_may_be_used_from_inside_it(tmp_path):
+    host = tmp_path / "host"
+    assert vgpu("sim", "reset", "--sim-dir", str(host), timeout=60).returncode == 0
+    proc = vgpu("discover", "--simulate", "--sim-dir", ".", cwd=host, timeout=60)
+    assert proc.returncode == 0, proc.stderr

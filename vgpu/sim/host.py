@@ -162,6 +162,9 @@ def check_location(state_dir: Path | str, *, writable: bool = True) -> Path:
     if real == Path("/") or real == home or real in (Path(p) for p in _SYSTEM_DIRS):
         raise InputError(f"refusing {text} as the simulator directory: it is {real}, not a directory of its own",
                          hint="use a new directory, e.g. ~/.cache/vgpu/sim (the default)")
+    if _holds_cwd(real) and not is_sim_dir(real):  # '.', '..': where the operator's own files are
+        raise InputError(f"refusing {text} as the simulator directory: it is {real}, the current directory "
+                         "or one above it", hint="use a new directory, e.g. ~/.cache/vgpu/sim (the default)")
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -180,6 +183,14 @@ def check_location(state_dir: Path | str, *, writable: bool = True) -> Path:
         raise InputError(f"simulator directory {text} is not writable by you (it belongs to uid {st.st_uid}; "
                          f"you are uid {os.geteuid()})", hint="use a simulator directory of your own: --sim-dir DIR")
     return path
+
+
+def _holds_cwd(real: Path) -> bool:
+    try:
+        cwd = Path(os.path.realpath(os.getcwd()))
+    except OSError:  # the current directory was deleted
+        return False
+    return real == cwd or real in cwd.parents
 
 
 def _check_creatable(path: Path) -> None:
