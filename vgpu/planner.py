@@ -76,7 +76,8 @@ def check(desired: Desired, inv: Inventory, catalog: Catalog = DEFAULT) -> list[
     gim = inv.facts.modules.get("gim")
     if desired.mode is Mode.SRIOV and (gim is None or not gim.loaded):
         problems.append(Problem("host", "gim (AMD's SR-IOV host driver) is not loaded",
-                                "install gim-dkms with playbooks/host.yml, `modprobe gim`, then plan again"))
+                                "install gim-dkms with playbooks/prepare_kvm_hosts.yml, `modprobe gim`, "
+                                "then plan again"))
     if desired.mode is Mode.SRIOV:
         problems += _vf_num_overrides(inv)
         problems += _bystanders(desired, inv, catalog)

@@ -73,7 +73,7 @@ def _modules(facts: HostFacts) -> list[Finding]:
     gim = facts.modules.get("gim")
     if gim is None or not gim.loaded:
         out.append(Finding("module.gim", W, "gim (AMD's SR-IOV host driver) is not loaded: SR-IOV profiles need it",
-                           "install gim-dkms (playbooks/host.yml) and `modprobe gim`"))
+                           "install gim-dkms (playbooks/prepare_kvm_hosts.yml) and `modprobe gim`"))
     else:
         out.append(_gim_version(gim.version, gim.parameters.get("vf_num")))
     vfio = facts.modules.get("vfio_pci")
