@@ -23,7 +23,7 @@ UMOCKDEV_PRELOAD := libumockdev-preload.so.0
 APT_REALKERNEL := qemu-system-x86 debootstrap
 
 
-.PHONY: test-e2e test-hostile
+.PHONY: test-e2e test-hostile test-ansible collections
 .PHONY: demo test deps-runtime deps-test deps-realkernel venv test-unit test-udev test-integration test-hip \
         test-realkernel bench clean
 
@@ -31,7 +31,7 @@ demo: deps-runtime venv
 	@tools/demo.sh "$(VENV)"
 
 test: deps-test venv
-	$(MAKE) --no-print-directory test-unit test-hostile test-e2e test-udev test-hip test-integration test-realkernel
+	$(MAKE) --no-print-directory test-unit test-hostile test-e2e test-udev test-hip test-integration test-realkernel test-ansible
 
 # End to end on simulated hosts: the real CLI and services, crashes, faults, races.
 test-e2e:
@@ -47,6 +47,16 @@ test-hostile:
 # Tier 2: discovery through real libudev (pyudev) seeing simulated trees via umockdev.
 test-udev:
 	VGPU_REQUIRE_UMOCKDEV=1 LD_PRELOAD=$(UMOCKDEV_PRELOAD) $(PYTEST) -q -m udev tests/udev
+
+# The Ansible collection (vgpu.instinct) and playbooks: syntax, ansible-lint (production, offline),
+# argument specs, refusals, reboot gate, and the RHEL/Ubuntu files rendered by ansible's templar.
+# Collections come from the `ansible` wheel (tools/fetch-collections.sh); VGPU_REQUIRE_ANSIBLE=1
+# turns a missing tool into a failure instead of a skip.
+test-ansible: venv collections
+	VGPU_REQUIRE_ANSIBLE=1 $(PYTEST) -q tests/ansible
+
+collections: venv
+	@tools/fetch-collections.sh $(PY)
 
 test-hip:
 	$(PYTEST) -q tests/hip

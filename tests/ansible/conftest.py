@@ -1,0 +1,147 @@
+"""Run the vgpu.instinct roles and playbooks with the real ansible-playbook against localhost.
+
+Nothing here changes this machine: plays that would install or write under /etc run in check mode,
+and the shared task files that write (the reboot marker) or read (sysfs, DKMS trees) take paths
+under tmp_path. Tools the roles ask (mokutil, dkms, grubby) are small fakes first on PATH.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
+PLAYBOOKS = REPO / "playbooks"
+TEST_PLAYBOOKS = Path(__file__).parent / "playbooks"
+COLLECTIONS_CACHE = REPO / ".cache" / "collections" / "ansible_collections"
+REQUIRE = os.environ.get("VGPU_REQUIRE_ANSIBLE") == "1"
+
+# The host as Ubuntu 24.04 or RHEL 9.6 for the roles (their vgpu_* facts variables), whatever runs the tests.
+UBUNTU_24 = {"vgpu_os_family": "Debian", "vgpu_distribution": "Ubuntu", "vgpu_distribution_version": "24.04",
+             "vgpu_distribution_major": "24", "vgpu_distribution_release": "noble",
+             "vgpu_kernel": "6.8.0-45-generic", "vgpu_cpu_vendor": "amd"}
+UBUNTU_22 = {**UBUNTU_24, "vgpu_distribution_version": "22.04", "vgpu_distribution_major": "22",
+             "vgpu_distribution_release": "jammy", "vgpu_kernel": "6.8.0-40-generic"}
+RHEL_9 = {"vgpu_os_family": "RedHat", "vgpu_distribution": "RedHat", "vgpu_distribution_version": "9.6",
+          "vgpu_distribution_major": "9", "vgpu_distribution_release": "Plow",
+          "vgpu_kernel": "5.14.0-570.12.1.el9_6.x86_64", "vgpu_cpu_vendor": "intel"}
+
+
+@dataclass
+class PlayResult:
+    rc: int
+    doc: dict
+    stderr: str
+
+    def tasks(self):
+        """(task name without its "role : " prefix, host result) for every task run on localhost, in order."""
+        for play in self.doc.get("plays", []):
+            for task in play.get("tasks", []):
+                res = task.get("hosts", {}).get("localhost")
+                if res is not None:
+                    yield task["task"]["name"].split(" : ", 1)[-1], res
+
+    def task_names(self) -> list[str]:
+        return [name for name, _ in self.tasks()]
+
+    def failed(self) -> tuple[str, str]:
+        """(name, message) of the task that failed."""
+        for name, res in self.tasks():
+            if res.get("failed"):
+                items = [r for r in res.get("results", []) if r.get("failed")]
+                return name, (items[0] if items else res).get("msg", "")
+        raise AssertionError(f"no task failed (rc {self.rc}); stderr: {self.stderr[-2000:]}")
+
+    def changed_tasks(self) -> list[str]:
+        return [name for name, res in self.tasks() if res.get("changed")]
+
+    @property
+    def stats(self) -> dict:
+        return self.doc.get("stats", {}).get("localhost", {})
+
+
+def _require(what: str) -> None:
+    if REQUIRE:
+        pytest.fail(f"{what} (VGPU_REQUIRE_ANSIBLE=1 makes this a failure)")
+    pytest.skip(what)
+
+
+@pytest.fixture(scope="session")
+def ansible_env(tmp_path_factory) -> dict:
+    if not (VENV_BIN / "ansible-playbook").exists():
+        _require(f"{VENV_BIN}/ansible-playbook is missing: pip install -e '.[test]'")
+    if not (COLLECTIONS_CACHE / "community" / "general" / "MANIFEST.json").exists():
+        _require("community.general is missing: run tools/fetch-collections.sh (make test-ansible does)")
+    home = tmp_path_factory.mktemp("ansible-home")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update({
+        "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+        "ANSIBLE_HOME": str(home),
+        "ANSIBLE_LOCAL_TEMP": str(home / "tmp"),
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_PIPELINING": "1",
+        # No fact gathering: the tests give the roles their vgpu_* host variables (Ubuntu or RHEL).
+        "ANSIBLE_GATHERING": "explicit",
+        "ANSIBLE_DEPRECATION_WARNINGS": "0",
+        "ANSIBLE_LOCALHOST_WARNING": "0",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
+    })
+    return env
+
+
+@pytest.fixture
+def fake_bin(tmp_path) -> Path:
+    d = tmp_path / "bin"
+    d.mkdir()
+    return d
+
+
+def fake_tool(bin_dir: Path, name: str, stdout: str, rc: int = 0) -> None:
+    """A stand-in for a host tool: prints stdout, exits rc, whatever its arguments."""
+    out = bin_dir / f"{name}.out"
+    out.write_text(stdout)
+    script = bin_dir / name
+    script.write_text(f"#!/bin/sh\ncat '{out}'\nexit {rc}\n")
+    script.chmod(0o755)
+
+
+def run_playbook(env: dict, workdir: Path, fake_bin: Path | None, playbook: Path, extra: dict | None = None,
+                 check: bool = False) -> PlayResult:
+    """Run a playbook against localhost (local connection); a PlayResult from the json callback."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    vars_file = workdir / f"extra-{len(list(workdir.glob('extra-*')))}.json"
+    # The venv's python runs the modules (interpreter discovery may find a pyenv shim without ansible).
+    vars_file.write_text(json.dumps({"ansible_python_interpreter": str(VENV_BIN / "python"), **(extra or {})}))
+    env = dict(env)
+    env["PATH"] = f"{fake_bin or ''}:{VENV_BIN}:{env.get('PATH', '/usr/bin:/bin')}"
+    cmd = [str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "-e", f"@{vars_file}",
+           str(playbook)]
+    if check:
+        cmd.append("--check")
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    try:
+        doc = json.loads(proc.stdout[proc.stdout.index("{"):]) if "{" in proc.stdout else {}
+    except json.JSONDecodeError:
+        doc = {}
+    if not doc:
+        raise AssertionError(f"ansible-playbook printed no JSON (rc {proc.returncode}):\n"
+                             f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return PlayResult(proc.returncode, doc, proc.stderr)
+
+
+@pytest.fixture
+def run_play(ansible_env, fake_bin, tmp_path):
+    def run(playbook: Path, extra: dict | None = None, check: bool = False) -> PlayResult:
+        return run_playbook(ansible_env, tmp_path / "play", fake_bin, playbook, extra, check)
+    return run
+
+
+def tool_path(name: str) -> str | None:
+    return shutil.which(name, path=str(VENV_BIN)) or shutil.which(name)
