@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import RHEL_9, TEST_PLAYBOOKS, UBUNTU_22, UBUNTU_24, run_playbook
+from conftest import RHEL_9, TEST_PLAYBOOKS, UBUNTU_22, UBUNTU_24, fake_tool, run_playbook
 
 
 _CACHE: dict[str, tuple[dict, dict]] = {}
@@ -124,3 +124,18 @@ def test_passthrough_modprobe_gives_every_mi300_family_pf_to_vfio_before_amdgpu(
     assert set(ids) == {"1002:74a1", "1002:74a9", "1002:74a2", "1002:74a8", "1002:74a5", "1002:75a0", "1002:75a3"}
     assert "disable_idle_d3=1" in conf and "softdep amdgpu pre: vfio-pci" in conf
     assert "blacklist amdgpu" not in conf
+
+
+def test_rhel9_grubby_adds_only_the_arguments_the_default_entry_lacks(run_play, fake_bin):
+    fake_tool(fake_bin, "grubby", 'index=0\nkernel="/boot/vmlinuz-5.14.0-570.el9.x86_64"\n'
+                                  'args="ro crashkernel=1G-4G:192M iommu=pt rhgb quiet"\nroot="/dev/mapper/rhel-root"\n')
+    res = run_play(TEST_PLAYBOOKS / "shared_task.yml",
+                   {**RHEL_9, "test_role": "vgpu.instinct.vgpu", "test_tasks": "kernel_args.yml",
+                    "vgpu_kernel_args": ["intel_iommu=on", "iommu=pt"]}, check=True)
+    assert res.rc == 0, res.failed()
+    results = dict(res.tasks())
+    assert results["Work out which arguments grubby must add"]["ansible_facts"]["vgpu_grubby_missing"] == \
+        ["intel_iommu=on"]
+    assert results["Write the GRUB drop-in with the kernel arguments"].get("skipped")
+    reasons = results["Note the arguments the running kernel lacks"]["ansible_facts"]["vgpu_reboot_reasons"]
+    assert "the running kernel lacks intel_iommu=on" in reasons
