@@ -107,6 +107,18 @@ def read_optional(path: Path | str, kind: str, *, limit: int | None = None) -> b
         os.close(fd)
 
 
+def regular_file(path: Path | str, kind: str) -> Path:
+    """``path`` if it names a regular file (links followed), for files another program opens (an
+    SSH key paramiko reads): else one InputFileError saying what it is (missing, a directory, ...)."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise _os_error(exc, kind, Path(path)) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputFileError(kind, path, f"is {describe_mode(st.st_mode)}, not a regular file")
+    return Path(path)
+
+
 # O_NONBLOCK: opening a FIFO must not wait for a writer. It does not affect regular files, the only
 # kind read after the fstat check.
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)

@@ -220,7 +220,7 @@ def _parent(doc: _Doc, ref: str, chain: tuple[_Doc, ...]) -> _Doc:
             raise ProfileError([f"{doc.label}: extends: a shipped profile extends only shipped names, "
                                 f"not {ref!r}"])
         path = doc.base / ref
-        parent = _file_doc(path, str(path)) if path.is_file() else None
+        parent = _file_doc(path, str(path)) if path.exists() else None  # a directory: "is a directory"
         if parent is None:
             raise ProfileError([f"{doc.label}: extends: parent file {str(path)!r} not found"])
     else:

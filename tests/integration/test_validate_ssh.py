@@ -151,3 +151,32 @@ def test_each_broken_guest_is_reported_as_such_while_the_others_complete(
     xml = junitparser.JUnitXml.fromfile(str(out / JUNIT_NAME))
     errors = {s.name: s.errors for s in xml}
     assert all(errors[n] == 1 for n in ("no-auth", "silent", "down", "garbage", "hangs"))
+
+
+def _ipv6_loopback() -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback (::1) on this machine")
+@pytest.mark.parametrize("written", ["::1", "[::1]"])
+def test_a_guest_at_an_ipv6_literal_validates_with_its_bracketed_known_hosts_line(tmp_path, sshd_factory,
+                                                                                   client_key, written):
+    """Issue 8 section 9: ::1 was refused as "not a host name"; known_hosts keys it as [::1]:PORT."""
+    server = sshd_factory("v6", address="::1")
+    assert server.host_key_line.startswith(f"[::1]:{server.port} ")
+    guest = {**sim_guest(tmp_path, "vm6", server, client_key), "host": written}
+    result, report, _ = validate(tmp_path, [guest], known(tmp_path, server.host_key_line))
+    assert result.exit_code == ExitCode.OK, (result.output, report)
+    assert outcomes(report) == {"vm6": "ok"}
+    assert report["guests"][0]["address"] == f"[::1]:{server.port}"
+    # the same guest with an empty known_hosts is refused for its host key, not as unreachable
+    result, report, _ = validate(tmp_path, [guest], known(tmp_path))
+    assert report["guests"][0]["outcome"] == "host-key-refused", report
+    assert f"[::1]:{server.port}" in report["guests"][0]["detail"]

@@ -83,3 +83,36 @@ def test_identity_with_tilde_is_expanded(tmp_path, monkeypatch):
     (tmp_path / ".ssh" / "id_ed25519").write_text("k")
     (t,) = parse("version: v1\nguests: [{host: h, identity: ~/.ssh/id_ed25519}]", Path("/nonexistent"))
     assert t.endpoint.identity == tmp_path / ".ssh" / "id_ed25519"
+
+
+# issue 8 section 9: IPv6 literals are guest addresses; ports are strict integers
+
+@pytest.mark.parametrize("written,host", [("::1", "::1"), ("[::1]", "::1"), ("2001:db8::5", "2001:db8::5"),
+                                          ("[2001:db8::5]", "2001:db8::5"), ("fe80::1%eth0", "fe80::1%eth0"),
+                                          ("[fe80::1%2]", "fe80::1%2")])
+def test_ipv6_literal_hosts_are_accepted_without_brackets(tmp_path, written, host):
+    (t,) = parse(f"""
+        version: v1
+        guests: [{{host: '{written}', port: 2222}}]
+        """, tmp_path)
+    assert t.endpoint.host == host
+    assert t.endpoint.address == f"[{host}]:2222"
+
+
+@pytest.mark.parametrize("host", ["-oProxyCommand=x", "fe80::1%-oX", "fe80::1%", "[-x]", "[::1]:22", "::1 x"])
+def test_option_like_or_broken_hosts_are_refused(tmp_path, host):
+    with pytest.raises(InputError, match="is not a host name or address"):
+        parse(f"""
+            version: v1
+            guests: [{{host: '{host}'}}]
+            """, tmp_path)
+
+
+@pytest.mark.parametrize("port", ["true", "'22'", "22.0", "0", "65536"])
+def test_port_is_a_strict_integer_in_range(tmp_path, port):
+    with pytest.raises(InputError, match="guests.0.port"):
+        parse(f"""
+            version: v1
+            guests: [{{host: h, port: {port}}}]
+            """, tmp_path)
+

@@ -80,6 +80,7 @@ def _remote(guests, inventory, limit, profile, known_hosts, accept_new, identity
     from dataclasses import replace
 
     from vgpu.guest.fanout import job_for
+    from vgpu import inputs
     from vgpu.guest.transport import KnownHosts, SshTransport
     from vgpu.inputs import read_text
 
@@ -90,9 +91,10 @@ def _remote(guests, inventory, limit, profile, known_hosts, accept_new, identity
     targets = _read_targets(Path(guests) if guests else None, inventory, limit)
     if identity is not None:
         identity = identity.expanduser()
-        if not identity.is_file():
-            raise InputError(f"identity file {identity} does not exist",
-                             hint="give an SSH private key, or omit --identity to use ssh-agent")
+        try:
+            inputs.regular_file(identity, "identity file")
+        except InputError as exc:
+            raise InputError(str(exc), hint="give an SSH private key, or omit --identity to use ssh-agent") from None
     targets = [replace(t, endpoint=replace(t.endpoint, identity=t.endpoint.identity or identity,
                                            user=t.endpoint.user or user),
                        skip_workloads=t.skip_workloads or skip_workloads) for t in targets]

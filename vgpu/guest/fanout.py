@@ -54,7 +54,7 @@ def job_for(target: Target, *, default_profile: str | None = None) -> Job:
     expectation, summary = build_for(target.name, target.expect, target.profile or default_profile,
                                      skip_workloads=target.skip_workloads)
     ep = target.endpoint
-    return Job(name=target.name, address=f"{ep.host}:{ep.port}", endpoint=ep, expectation=expectation,
+    return Job(name=target.name, address=ep.address, endpoint=ep, expectation=expectation,
                summary=summary, env=dict(target.env), python=target.python,
                skip_workloads=target.skip_workloads)
 

@@ -12,13 +12,14 @@ ansible_python_interpreter, vgpu_*); templated (``{{ }}``) values are refused, n
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 from vgpu import inputs
 from vgpu.errors import InputError
@@ -26,6 +27,7 @@ from vgpu.guest.transport import Endpoint
 
 GUESTS_FILE_VERSION = "v1"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:-]{0,127}$")
+_ZONE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")  # an IPv6 zone: an interface name or index
 MAX_INVENTORY_HOSTS = 4096  # host names one inventory may produce, ranges expanded
 MAX_INVENTORY_GROUPS = 1024
 
@@ -66,7 +68,7 @@ class _Guest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str | None = None
     host: str | None = None
-    port: int | None = Field(default=None, ge=1, le=65535)
+    port: StrictInt | None = Field(default=None, ge=1, le=65535)  # `port: true` or "22" is refused, not 1
     user: str | None = None
     identity: str | None = None
     profile: str | None = None
@@ -132,22 +134,48 @@ def parse_guests_file(text: str, *, source: str, base_dir: Path) -> list[Target]
 def _target(*, name: str, host: str, port: int | None, user: str | None, identity: str | None,
             profile: str | None, expect: ExpectSpec | None, env: dict[str, str], python: str | None,
             skip: bool, source: str, base_dir: Path) -> Target:
-    if not _NAME.match(host):
-        raise InputError(f"{source}: host {host!r} is not a host name or address")
-    if not _NAME.match(name):
+    host = guest_host(host, source)
+    if not _NAME.match(name) and ipv6_literal(name) is None:
         raise InputError(f"{source}: guest name {name!r} is not a plain host or guest name")
     key = None
     if identity:
         key = Path(identity).expanduser()
         key = key if key.is_absolute() else base_dir / key
-        if not key.is_file():
-            raise InputError(f"{source}: guest {name}: identity file {key} does not exist",
-                             hint="give the path of an SSH private key, or omit it to use ssh-agent")
+        try:
+            inputs.regular_file(key, "identity file")
+        except inputs.InputFileError as exc:
+            raise InputError(f"{source}: guest {name}: identity file {key} {exc.problem}",
+                             hint="give the path of an SSH private key, or omit it to use ssh-agent") from None
     if profile and expect:
         raise InputError(f"{source}: guest {name}: give either a profile or an expect block, not both")
     return Target(name=name, endpoint=Endpoint(host=host, port=port or 22, user=user, identity=key),
                   profile=profile, expect=expect, env=tuple(sorted(env.items())),
                   python=python or "python3", skip_workloads=skip)
+
+
+def guest_host(host: str, source: str) -> str:
+    """``host`` as vgpu connects to it: a DNS name, an IPv4 address, or an IPv6 literal (``::1``,
+    ``fe80::1%eth0``, ``[2001:db8::5]``, brackets dropped). Anything else is refused, above all a
+    leading ``-`` (an option to ssh-like tools)."""
+    bare = ipv6_literal(host)
+    if bare is not None:
+        return bare
+    if not _NAME.match(host):
+        raise InputError(f"{source}: host {host!r} is not a host name or address")
+    return host
+
+
+def ipv6_literal(text: str) -> str | None:
+    """``text`` without brackets if it is an IPv6 address (optionally with a %zone), else None."""
+    bare = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+    addr, sep, zone = bare.partition("%")
+    if sep and not _ZONE.match(zone):
+        return None
+    try:
+        ipaddress.IPv6Address(addr)
+    except ValueError:
+        return None
+    return bare
 
 
 def _unique(targets: list[Target], source: str) -> list[Target]:
@@ -403,10 +431,10 @@ def _from_hostvars(name: str, hv: dict[str, Any], source: str, base_dir: Path) -
         return hv[k]
 
     port = get("ansible_port", "ansible_ssh_port")
-    try:
-        port = int(port) if port is not None else None
-    except (TypeError, ValueError):
-        raise InputError(f"inventory {source}: host {name}: ansible_port {port!r} is not a number") from None
+    if isinstance(port, str) and port.strip().isdigit():  # YAML `ansible_port: "2222"`, as ansible takes it
+        port = int(port.strip())
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int)):
+        raise InputError(f"inventory {source}: host {name}: ansible_port {port!r} is not a number")
     if port is not None and not 1 <= port <= 65535:
         raise InputError(f"inventory {source}: host {name}: ansible_port {port} is out of range")
     model, profile = get("vgpu_model"), get("vgpu_profile")

@@ -67,6 +67,11 @@ class Endpoint:
     user: str | None = None
     identity: Path | None = None
 
+    @property
+    def address(self) -> str:
+        """``host:port``, an IPv6 literal in brackets (``[::1]:2222``), as OpenSSH writes it."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
 
 @dataclass(frozen=True)
 class Timeouts:
@@ -196,7 +201,7 @@ class SshTransport:
         client = paramiko.SSHClient()
         self.known_hosts.install(client)
         user = endpoint.user or self.default_user or _local_user()
-        where = f"{user}@{endpoint.host}:{endpoint.port}"
+        where = f"{user}@{endpoint.address}"
         sock = _connect_socket(endpoint, timeouts.connect)
         t0 = time.monotonic()
         try:
@@ -212,7 +217,7 @@ class SshTransport:
             sock.close()
             if not greeted and not isinstance(exc, paramiko.AuthenticationException):
                 raise _no_greeting(exc, where, time.monotonic() - t0, timeouts) from exc
-            raise _classify(exc, where, self.known_hosts, timeouts) from exc
+            raise _classify(exc, where, self.known_hosts, timeouts, time.monotonic() - t0) from exc
         return SshSession(client, where, timeouts)
 
 
@@ -223,7 +228,7 @@ def _local_user() -> str:
 
 
 def _connect_socket(endpoint: Endpoint, timeout: float) -> socket.socket:
-    where = f"{endpoint.host}:{endpoint.port}"
+    where = endpoint.address
     try:
         return socket.create_connection((endpoint.host, endpoint.port), timeout=timeout)
     except (TimeoutError, socket.timeout) as exc:
@@ -240,7 +245,8 @@ def _no_greeting(exc: Exception, where: str, elapsed: float, timeouts: Timeouts)
                             f"{where}: the port closed without an SSH greeting ({type(exc).__name__}: {exc})")
 
 
-def _classify(exc: Exception, where: str, known: KnownHosts, timeouts: Timeouts) -> TransportFailure:
+def _classify(exc: Exception, where: str, known: KnownHosts, timeouts: Timeouts,
+              elapsed: float = 0.0) -> TransportFailure:
     """Map paramiko's exceptions to one typed outcome with an operator-facing sentence."""
     if isinstance(exc, _UnknownHostKey):
         return TransportFailure(Outcome.HOST_KEY_REFUSED, (
@@ -259,7 +265,9 @@ def _classify(exc: Exception, where: str, known: KnownHosts, timeouts: Timeouts)
         if "timeout" in str(exc).lower():
             return TransportFailure(Outcome.TIMEOUT, f"{where}: authentication took over {timeouts.auth:g} s")
         return TransportFailure(Outcome.AUTH_FAILED, f"{where}: authentication refused ({exc})")
-    if isinstance(exc, (TimeoutError, socket.timeout)):
+    # a server that greeted and then stalled: paramiko gives up after the timeout with a generic
+    # SSHException ("No existing session"), which is a time-out, not an unreachable guest
+    if isinstance(exc, (TimeoutError, socket.timeout)) or elapsed >= timeouts.connect * 0.9:
         return TransportFailure(Outcome.TIMEOUT,
                                 f"{where}: the SSH handshake took over {timeouts.connect:g} s")
     if isinstance(exc, OSError):
