@@ -18,6 +18,7 @@ from vgpu.model.pci import PciAddress
 from vgpu.model.plan import (BindDevice, BindVfs, Disruption, InstallPersistence, Plan, Problem, ReloadGim,
                              SetMemoryPartition, WriteFile)
 from vgpu.persist import STATE_RECORD, UNIT_LINK, UNIT_PATH
+from vgpu.readiness import UNREADABLE_FIX, UNREADABLE_IDS
 
 GIM_CONFIG = "gim_config"
 MODPROBE_CONF = "modprobe.d/vgpu.conf"
@@ -81,6 +82,8 @@ def check(desired: Desired, inv: Inventory, catalog: Catalog = DEFAULT) -> list[
     if desired.mode is Mode.SRIOV:
         problems += _vf_num_overrides(inv)
         problems += _bystanders(desired, inv, catalog)
+    for address in inv.unidentified:  # its model is unknown: any profile might select it
+        problems.append(Problem(str(address), UNREADABLE_IDS, UNREADABLE_FIX.replace("ADDRESS", str(address))))
     if not desired.targets:
         problems.append(Problem("host", f"no GPU on this host matches profile {desired.profile}"))
     for target in desired.targets:

@@ -14,10 +14,14 @@ from vgpu.model.pci import PciAddress
 
 MIN_GIM_FOR_ROCM7 = (8, 4, 0)  # ROCm 7.0 requires GIM 8.4.0.K (docs/hardware.md §3)
 
+UNREADABLE_IDS = ("its vendor/device id cannot be read (unreadable or garbage), so vgpu cannot tell "
+                  "which GPU it is")
+UNREADABLE_FIX = "check `lspci -nn -s ADDRESS` and dmesg for this function; a capture: recapture it"
 E, W, I, OK = Severity.ERROR, Severity.WARNING, Severity.INFO, Severity.OK
 
 
-def assess(gpus: Sequence[Gpu], facts: HostFacts, orphan_vfs: Sequence[PciAddress] = ()) -> tuple[Finding, ...]:
+def assess(gpus: Sequence[Gpu], facts: HostFacts, orphan_vfs: Sequence[PciAddress] = (),
+           unidentified: Sequence[PciAddress] = ()) -> tuple[Finding, ...]:
     findings: list[Finding] = []
     findings += _iommu(facts)
     findings += _cmdline(facts)
@@ -28,6 +32,9 @@ def assess(gpus: Sequence[Gpu], facts: HostFacts, orphan_vfs: Sequence[PciAddres
                                 "check `lspci -nn -d 1002:` and that the BIOS exposes the GPUs"))
     for gpu in gpus:
         findings += _gpu(gpu, facts)
+    for address in unidentified:
+        findings.append(Finding("gpus.unreadable_ids", E, f"{address}: {UNREADABLE_IDS}",
+                                UNREADABLE_FIX.replace("ADDRESS", str(address))))
     if orphan_vfs:
         names = ", ".join(str(a) for a in orphan_vfs)
         findings.append(Finding("gpus.orphan_vfs", I, f"{names}: Instinct VFs without a visible PF "

@@ -119,3 +119,44 @@ def test_no_gpus_warns():
 
 def test_no_hugepages_is_info():
     assert by_check(assess([gpu()], facts(hugepages_1g=0)))["hugepages"].severity is Severity.INFO
+
+
+# issue 8 section 9: a function whose ids cannot be read but may be a GPU
+
+class _View:
+    def __init__(self, name, attrs, driver=None):
+        self.name, self.attrs, self.driver = name, attrs, driver
+
+    def attr(self, name):
+        return self.attrs.get(name)
+
+    def link(self, name):
+        return self.driver if name == "driver" else None
+
+    def link_names(self, prefix):
+        return []
+
+
+@pytest.mark.parametrize("attrs,driver,flagged", [
+    ({"vendor": "0x1002", "device": "garbage", "class": "0x120000"}, None, True),
+    ({"vendor": "0x1002", "class": "0x038000"}, None, True),  # device file absent
+    ({"vendor": "junk", "device": "0x74a1", "class": "0x120000"}, None, True),
+    ({"vendor": "junk", "device": "junk"}, None, True),  # nothing readable: it may be anything
+    ({"vendor": "junk", "device": "junk", "class": "0x020000"}, "amdgpu", True),
+    ({"vendor": "0x15b3", "device": "junk", "class": "0x020000"}, None, False),  # another vendor's NIC
+    ({"vendor": "junk", "class": "0x020000"}, None, False),  # a network class, no GPU driver
+    ({"vendor": "0x1002", "device": "junk", "class": "0x060400"}, None, False),  # an AMD bridge
+])
+def test_unreadable_ids_are_flagged_when_the_function_may_be_a_gpu(attrs, driver, flagged):
+    from vgpu.host.pcifunc import read_identity, unidentified_gpu
+
+    view = _View("0000:46:00.0", attrs, driver)
+    assert read_identity(view) is None
+    assert unidentified_gpu(view) == (PciAddress.parse("0000:46:00.0") if flagged else None)
+
+
+def test_unreadable_ids_are_an_error_finding_naming_the_address():
+    address = PciAddress.parse("0000:46:00.0")
+    found = by_check(assess([gpu()], facts(), unidentified=[address]))["gpus.unreadable_ids"]
+    assert found.severity is Severity.ERROR and found.message.startswith("0000:46:00.0: ")
+    assert "lspci -nn -s 0000:46:00.0" in found.fix

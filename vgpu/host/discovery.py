@@ -15,7 +15,7 @@ from vgpu.catalog import DEFAULT, Catalog
 from vgpu.errors import HostError, InputError
 from vgpu.host.facts import read_host_facts
 from vgpu.host.paths import HostPaths
-from vgpu.host.pcifunc import DeviceView, FunctionRecord, PathView, read_details, read_identity
+from vgpu.host.pcifunc import DeviceView, FunctionRecord, PathView, read_details, read_identity, unidentified_gpu
 from vgpu.model.inventory import GroupMember, Gpu, IommuGroup, Inventory, VirtualFunction
 from vgpu.model.pci import PciAddress
 from vgpu.readiness import assess
@@ -23,7 +23,7 @@ from vgpu.readiness import assess
 
 def discover(paths: HostPaths, *, catalog: Catalog = DEFAULT, source: str = "auto") -> Inventory:
     """Read the host and return its Inventory. Raises InputError for a missing sysfs tree."""
-    records, views = _enumerate(paths, source)
+    records, views, unidentified = _enumerate(paths, source)
     gpus = tuple(_build_gpu(rec, records, views, paths, catalog)
                  for rec in sorted(records.values(), key=lambda r: r.address)
                  if _is_catalog_pf(rec, catalog))
@@ -31,11 +31,14 @@ def discover(paths: HostPaths, *, catalog: Catalog = DEFAULT, source: str = "aut
                     if _is_catalog_vf(rec, catalog) and not any(
                         rec.address in (vf.address for vf in g.vfs) for g in gpus))
     facts = read_host_facts(paths)
-    return Inventory(gpus=gpus, facts=facts, findings=assess(gpus, facts, orphan_vfs=orphans),
-                     source=paths.label)
+    return Inventory(gpus=gpus, facts=facts, source=paths.label, unidentified=unidentified,
+                     findings=assess(gpus, facts, orphan_vfs=orphans, unidentified=unidentified))
 
 
-def _enumerate(paths: HostPaths, source: str) -> tuple[dict[PciAddress, FunctionRecord], dict]:
+def _enumerate(paths: HostPaths, source: str) -> tuple[dict[PciAddress, FunctionRecord], dict,
+                                                       tuple[PciAddress, ...]]:
+    """Every function with its ids, their views, and the functions that may be GPUs but whose ids
+    cannot be read (reported, never silently left out)."""
     if source == "auto":
         source = "udev" if paths.is_system else "sysfs"
     if source == "udev":
@@ -46,12 +49,15 @@ def _enumerate(paths: HostPaths, source: str) -> tuple[dict[PciAddress, Function
         raise InputError(f"unknown discovery source {source!r} (use auto, udev or sysfs)")
     records: dict[PciAddress, FunctionRecord] = {}
     by_address: dict[PciAddress, DeviceView] = {}
+    unidentified: list[PciAddress] = []
     for view in views:
         rec = read_identity(view)
         if rec is not None:
             records[rec.address] = rec
             by_address[rec.address] = view
-    return records, by_address
+        elif (address := unidentified_gpu(view)) is not None:
+            unidentified.append(address)
+    return records, by_address, tuple(sorted(unidentified))
 
 
 def _sysfs_views(paths: HostPaths) -> Iterator[DeviceView]:

@@ -130,6 +130,28 @@ def read_identity(view: DeviceView) -> FunctionRecord | None:
                           iommu_group=parse_int(view.link("iommu_group"), 10))
 
 
+AMD = 0x1002
+GPU_CLASSES = (0x03, 0x12)  # PCI base classes: display controller, processing accelerator
+GPU_DRIVERS = ("amdgpu", "gim")
+
+
+def unidentified_gpu(view: DeviceView) -> PciAddress | None:
+    """For a function :func:`read_identity` skipped: its address if its vendor or device id cannot be
+    read (unreadable, empty or garbage) but it may be a GPU (AMD's vendor id, a display or accelerator
+    class, or amdgpu/gim bound), so discovery reports it instead of leaving it out of the plan."""
+    try:
+        address = PciAddress.parse(view.name)
+    except ValueError:
+        return None
+    vendor = parse_int(view.attr("vendor"), 16)
+    if vendor is not None and vendor != AMD:
+        return None
+    if view.link("driver") in GPU_DRIVERS:
+        return address
+    class_code = parse_int(view.attr("class"), 16)
+    return address if class_code is None or (class_code >> 16) in GPU_CLASSES else None
+
+
 def read_details(view: DeviceView, rec: FunctionRecord) -> FunctionRecord:
     """Fill in the rest for a function we care about (a catalog GPU or one of its VFs)."""
     sv, sd = parse_int(view.attr("subsystem_vendor"), 16), parse_int(view.attr("subsystem_device"), 16)

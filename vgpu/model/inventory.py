@@ -157,6 +157,7 @@ class Inventory:
     facts: HostFacts
     findings: tuple[Finding, ...] = ()
     source: str = "/sys"
+    unidentified: tuple[PciAddress, ...] = ()  # functions that may be GPUs but whose ids cannot be read
 
     @property
     def ready(self) -> bool:
