@@ -12,6 +12,32 @@ from vgpu.fsutil import atomic_write
 from vgpu.inputs import InputFileError, read_text
 
 
+_WHY = {errno.EROFS: "it is on a read-only file system",
+        errno.EPERM: "operation not permitted (an immutable file or directory? see `lsattr`)",
+        errno.EACCES: "permission denied"}
+
+
+def _cannot_write(path: Path, err: int | None, strerror: str | None, blocker: Path | None = None) -> HostError:
+    why = _WHY.get(err or 0, strerror or "unknown error")
+    if blocker is not None and blocker != path:
+        return HostError(f"cannot write {path}: its directory {blocker}: {why}")
+    return HostError(f"cannot write {path}: {why}")
+
+
+def _existing_parent(path: Path) -> Path:
+    parent = path.parent
+    while not os.path.lexists(parent) and parent != parent.parent:
+        parent = parent.parent
+    return parent
+
+
+def _read_only_fs(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 class FileStore:
     """Reads and writes files below ``root`` (the host's /etc, or a simulated one)."""
 
@@ -59,7 +85,19 @@ class FileStore:
         try:
             atomic_write(path, content, mode)
         except OSError as exc:
-            raise HostError(f"cannot write {path}: {exc.strerror}") from exc
+            raise _cannot_write(path, exc.errno, exc.strerror) from exc
+
+    def check_writable(self, rel: str) -> None:
+        """Before a write changes anything: HostError naming the file when it, or the directory it
+        goes in, cannot be written (read-only file system, immutable (chattr +i), permission). The
+        kernel's access check sees these for root too, so an unwritable /etc is one line naming the
+        path, not a half-applied run whose rollback fails on the same file."""
+        path = self.path(rel)
+        where = path if os.path.lexists(path) else _existing_parent(path)
+        for target in (where, where.parent) if where == path else (where,):
+            if not os.access(target, os.W_OK, effective_ids=os.access in os.supports_effective_ids):
+                err = errno.EROFS if _read_only_fs(target) else errno.EPERM if os.geteuid() == 0 else errno.EACCES
+                raise _cannot_write(path, err, os.strerror(err), blocker=target)
 
     def symlink(self, rel: str, target: str | None) -> None:
         """Point ``rel`` at ``target`` atomically (as `systemctl enable` does); None removes it."""
@@ -74,3 +112,17 @@ class FileStore:
             tmp.unlink()
         os.symlink(target, tmp)
         os.replace(tmp, path)
+
+    def missing_dirs(self, rel: str) -> list[str]:
+        """The directories writing ``rel`` would create (shallowest first), for its undo to remove."""
+        if self.root is None:
+            return []
+        parents = [p for p in Path(rel).parents if p != Path(".")]
+        return [str(p) for p in reversed(parents) if not os.path.lexists(self.path(str(p)))]
+
+    def remove_dirs(self, rels: list[str]) -> None:
+        """Remove the directories a write created (deepest first), each only while it is empty, so a
+        rolled-back run leaves no empty /etc/vgpu or /etc/systemd/system/... behind."""
+        for rel in sorted(set(rels), key=lambda r: len(Path(r).parts), reverse=True):
+            with contextlib.suppress(OSError):  # not empty (someone else's file), or already gone
+                self.path(rel).rmdir()

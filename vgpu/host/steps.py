@@ -68,7 +68,9 @@ def undo(step: Step, ctx: Context, info: dict) -> None:
 # write-file ---------------------------------------------------------------------------------
 
 def _file_prepare(step: WriteFile, ctx: Context) -> dict:
-    return {"before": ctx.files.read(step.path)}
+    before = ctx.files.read(step.path)
+    ctx.files.check_writable(step.path)  # an unwritable /etc stops the run here, the file untouched
+    return {"before": before, "new_dirs": ctx.files.missing_dirs(step.path)}
 
 
 def _file_apply(step: WriteFile, ctx: Context, info: dict) -> None:
@@ -76,7 +78,9 @@ def _file_apply(step: WriteFile, ctx: Context, info: dict) -> None:
 
 
 def _file_undo(step: WriteFile, ctx: Context, info: dict) -> None:
-    ctx.files.write(step.path, info.get("before"), step.mode)
+    if ctx.files.read(step.path) != info.get("before"):  # equal: the write never happened (it failed)
+        ctx.files.write(step.path, info.get("before"), step.mode)
+    ctx.files.remove_dirs(info.get("new_dirs", []))
 
 
 # reload-gim ---------------------------------------------------------------------------------
@@ -219,7 +223,9 @@ def _unbind_undo(step: UnbindDevice, ctx: Context, info: dict) -> None:
 # install-persistence ------------------------------------------------------------------------
 
 def _persist_prepare(step: InstallPersistence, ctx: Context) -> dict:
-    return {p: ctx.files.read(p) for p in (STATE_RECORD, UNIT_PATH, UNIT_LINK)}
+    paths = (STATE_RECORD, UNIT_PATH, UNIT_LINK)
+    new_dirs = [d for p in paths for d in ctx.files.missing_dirs(p)]
+    return {**{p: ctx.files.read(p) for p in paths}, "new_dirs": new_dirs}
 
 
 def _persist_apply(step: InstallPersistence, ctx: Context, info: dict) -> None:
@@ -232,6 +238,7 @@ def _persist_undo(step: InstallPersistence, ctx: Context, info: dict) -> None:
     ctx.files.write(STATE_RECORD, info.get(STATE_RECORD))
     ctx.files.write(UNIT_PATH, info.get(UNIT_PATH))
     ctx.files.symlink(UNIT_LINK, info.get(UNIT_LINK))
+    ctx.files.remove_dirs(info.get("new_dirs", []))
 
 
 # attach-functions / detach-functions -----------------------------------------------------------------------------
