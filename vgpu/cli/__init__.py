@@ -40,12 +40,9 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module, attr = target.split(":")
-        try:
-            return getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError):
-            if ctx.obj and ctx.obj.get("debug"):
-                raise
-            return None
+        # No except here: a command module that fails to import (a broken install, a bug) is an
+        # internal error (main(): one line, exit 70), never "No such command" (exit 2).
+        return getattr(importlib.import_module(module), attr)
 
     @staticmethod
     def _available(name: str) -> bool:

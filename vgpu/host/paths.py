@@ -45,8 +45,8 @@ class HostPaths:
         if not sys_dir.is_dir():
             raise InputError(f"sysfs root {sys_dir} does not exist or is not a directory",
                              hint="pass the directory that stands for /sys (it holds bus/pci/devices)")
-        if not (sys_dir / "bus" / "pci").is_dir():
-            raise InputError(f"{sys_dir} is not a sysfs tree: it has no bus/pci directory",
+        if not (sys_dir / "bus" / "pci" / "devices").is_dir():  # /proc has bus/pci, its devices is a file
+            raise InputError(f"{sys_dir} is not a sysfs tree: it has no bus/pci/devices directory",
                              hint="pass the directory that stands for /sys, e.g. ROOT/sys of a capture")
         parent = sys_dir.parent
         sibling = lambda name: (parent / name) if (parent / name).is_dir() else None  # noqa: E731

@@ -1,0 +1,206 @@
+"""Interrupted runs (issue 8, section 5): real SIGINT / SIGTERM / SIGKILL sent to a real
+``vgpu provision`` process at every step of a real plan, then what ``vgpu status`` says.
+
+The executor pauses at step N when VGPU_SIM_PAUSE_AT=N:before|after and VGPU_SIM_PAUSE_DIR are set
+(simulated hosts only): it writes DIR/ready and waits for DIR/go, so the signal lands exactly there.
+One small simulated host (2 x MI300X: every step kind of the mi300x-4vf plan, 7 steps) is built per
+module and copied per case. After SIGINT/SIGTERM the host tree must equal the one before the run,
+except the files a run always leaves (HOST_LOG below: the lock file and the simulated kernel log).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO, assert_refused, tree_digest, vgpu
+
+PROFILE = "mi300x-4vf"
+# write-file x3, reload-gim, bind-vfs x2, install-persistence (test_the_plan_has_the_steps_we_signal)
+STEPS = 7
+# What any run leaves in the host tree, even one that changed nothing: the host lock (and the
+# directories holding it) and the simulated kernel log (gim's reload messages stay in dmesg).
+HOST_LOG = {"var", "var/lib", "var/lib/vgpu", "var/lib/vgpu/lock", "dmesg.log"}
+
+SPEC = """\
+version: v1
+name: sig2xmi300x
+description: 2 x MI300X, for the signal tests
+functions:
+  - {address: "0000:05:00.0", kind: gpu, model: MI300X, numa_node: 0, sriov: {total_vfs: 8},
+     path: ["0000:00:01.1", "0000:01:00.0", "0000:02:00.0"]}
+  - {address: "0000:85:00.0", kind: gpu, model: MI300X, numa_node: 1, sriov: {total_vfs: 8},
+     path: ["0000:80:01.1", "0000:81:00.0", "0000:82:00.0"]}
+state:
+  iommu: true
+  cmdline: "BOOT_IMAGE=/boot/vmlinuz-6.8.0-sim ro iommu=pt modprobe.blacklist=amdgpu"
+  modules:
+    gim: {}
+    vfio_pci: {}
+  module_versions: {gim: "8.4.0.K"}
+  hugepages: {2048: 0, 1048576: 0}
+"""
+
+# every point a signal can land: before each step, and after the last one (all applied, not yet verified)
+POINTS = [f"{i}:before" for i in range(STEPS)] + [f"{STEPS - 1}:after"]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    base = tmp_path_factory.mktemp("signals")
+    (base / "m.yaml").write_text(SPEC)
+    proc = vgpu("sim", "reset", "--machine", str(base / "m.yaml"), "--sim-dir", str(base / "sim"))
+    assert proc.returncode == 0, proc.stderr
+    # plan once, so the simulated hypervisor's state (var/lib/libvirt-sim, made on first use) exists
+    # in every copy: a case then compares only what the interrupted run did
+    planned = vgpu("plan", "--profile", PROFILE, "--simulate", env={"VGPU_SIM_DIR": str(base / "sim")})
+    assert planned.returncode == 3, planned.stderr
+    status = vgpu("status", "--simulate", "--json", env={"VGPU_SIM_DIR": str(base / "sim")})
+    assert status.returncode == 0, status.stderr
+    return base / "sim", json.loads(status.stdout)
+
+
+@pytest.fixture
+def sim(built, tmp_path):
+    copy = tmp_path / "sim"
+    shutil.copytree(built[0], copy, symlinks=True)
+    return copy
+
+
+def host_tree(sim: Path) -> dict[str, str]:
+    return {k: v for k, v in tree_digest(sim / "root").items() if k not in HOST_LOG}
+
+
+def env_of(sim: Path, **extra: str) -> dict:
+    return dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1", COLUMNS="200", VGPU_SIM_DIR=str(sim), **extra)
+
+
+def provision_paused(sim: Path, point: str, pause: Path, *, yes: bool = True) -> subprocess.Popen:
+    """Start `vgpu provision` and return once it is paused at ``point`` (its ready file exists)."""
+    pause.mkdir()
+    args = [sys.executable, "-m", "vgpu", "provision", "--profile", PROFILE, "--simulate"]
+    args += ["--yes"] if yes else []
+    proc = subprocess.Popen(args, env=env_of(sim, VGPU_SIM_PAUSE_AT=point, VGPU_SIM_PAUSE_DIR=str(pause)),
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (pause / "ready").exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the executor never reached the pause point"
+        time.sleep(0.01)
+    return proc
+
+
+def status_of(sim: Path) -> tuple[int, dict]:
+    proc = vgpu("status", "--simulate", "--json", env={"VGPU_SIM_DIR": str(sim)})
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def test_the_plan_has_the_steps_we_signal(built):
+    proc = vgpu("plan", "--profile", PROFILE, "--simulate", "--json", env={"VGPU_SIM_DIR": str(built[0])})
+    assert proc.returncode == 3, proc.stderr
+    kinds = [s["kind"] for s in json.loads(proc.stdout)["steps"]]
+    assert len(kinds) == STEPS
+    assert {"write-file", "reload-gim", "bind-vfs", "install-persistence"} <= set(kinds)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("point", POINTS)
+def test_signal_at_every_step_rolls_back_and_status_tells_the_truth(built, sim, tmp_path, point, sig):
+    before = host_tree(sim)
+    proc = provision_paused(sim, point, tmp_path / "pause")
+    os.kill(proc.pid, sig)
+    (tmp_path / "pause" / "go").touch()
+    out, err = proc.communicate(timeout=120)
+    index, _, _ = point.partition(":")
+    line = assert_refused(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), 128 + sig,
+                          f"interrupted by {sig.name}", f"rolled back {int(index) + 1} step(s)")
+    assert "as it was before this run" in line
+    assert err.count("received: finishing the current step") == 1, err
+    assert host_tree(sim) == before
+    assert not (sim / "root/var/lib/vgpu/journal.json").exists()
+    code, as_json = status_of(sim)
+    assert code == 0 and as_json == built[1], as_json
+
+
+def test_repeated_ctrl_c_never_abandons_the_rollback(sim, tmp_path):
+    before = host_tree(sim)
+    proc = provision_paused(sim, "4:after", tmp_path / "pause")  # gim reloaded with VFs, one bound
+    for _ in range(4):
+        os.kill(proc.pid, signal.SIGINT)
+        time.sleep(0.05)
+    (tmp_path / "pause" / "go").touch()
+    out, err = proc.communicate(timeout=120)
+    assert_refused(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), 130,
+                   "interrupted by SIGINT", "rolled back 5 step(s)")
+    assert err.count("interrupting again is ignored until the host is consistent") == 1, err
+    assert host_tree(sim) == before
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_signal_at_the_confirmation_question_changes_nothing(sim, sig):
+    before = host_tree(sim)
+    leader, follower = pty.openpty()  # a terminal, so provision asks (stdout and stderr on it too)
+    proc = subprocess.Popen([sys.executable, "-m", "vgpu", "provision", "--profile", PROFILE, "--simulate"],
+                            env=env_of(sim), cwd=REPO, stdin=follower, stdout=follower, stderr=follower)
+    os.close(follower)
+    seen, deadline = b"", time.monotonic() + 60
+
+    def read(timeout: float) -> bytes:
+        try:
+            return os.read(leader, 65536) if select.select([leader], [], [], timeout)[0] else b""
+        except OSError:  # EIO: the process exited and closed the terminal
+            return b""
+    try:
+        while b"Apply these disruptive steps?" not in seen:
+            assert time.monotonic() < deadline and proc.poll() is None, seen[-2000:]
+            seen += read(0.1)
+        mark = len(seen)
+        # let it block reading the answer: a signal landing between the prompt's write and the read
+        # is noticed only at the next key or signal (CPython's readline), a window no hand hits
+        time.sleep(0.3)
+        os.kill(proc.pid, sig)
+        proc.wait(timeout=60)
+        while chunk := read(0.2):
+            seen += chunk
+    finally:
+        os.close(leader)
+    err = seen[mark:].decode(errors="replace").replace("\r\n", "\n")
+    assert_refused(subprocess.CompletedProcess(proc.args, proc.returncode, "", err), 128 + sig,
+                   "confirmation question", "nothing was changed")
+    assert "aborted" not in err
+    assert host_tree(sim) == before
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_sigkill_at_every_step_status_says_not_in_sync_then_provision_recovers(sim, tmp_path, point):
+    proc = provision_paused(sim, point, tmp_path / "pause")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    index = int(point.partition(":")[0])
+    human = vgpu("status", "--simulate", env={"VGPU_SIM_DIR": str(sim)})
+    assert human.returncode == 1 and "NOT in sync" in human.stdout, human
+    code, as_json = status_of(sim)
+    assert code == 1 and as_json["in_sync"] is False, as_json
+    why = as_json["unfinished_run"]
+    assert PROFILE in why, why
+    if point == f"{STEPS - 1}:after":
+        assert "applied all its steps" in why, why
+    else:
+        assert f"after starting {index + 1} step(s)" in why, why
+    again = vgpu("provision", "--profile", PROFILE, "--yes", "--simulate", env={"VGPU_SIM_DIR": str(sim)},
+                 timeout=120)
+    assert again.returncode == 0, again.stderr[-2000:]
+    code, as_json = status_of(sim)
+    assert code == 0 and as_json["in_sync"] is True and as_json["unfinished_run"] is None, as_json
