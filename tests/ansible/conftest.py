@@ -38,12 +38,17 @@ class PlayResult:
     rc: int
     doc: dict
     stderr: str
+    host: str = "localhost"
+
+    def on(self, host: str) -> "PlayResult":
+        """The same run, seen from another inventory host."""
+        return PlayResult(self.rc, self.doc, self.stderr, host)
 
     def tasks(self):
-        """(task name without its "role : " prefix, host result) for every task run on localhost, in order."""
+        """(task name without its "role : " prefix, host result) for every task run on self.host, in order."""
         for play in self.doc.get("plays", []):
             for task in play.get("tasks", []):
-                res = task.get("hosts", {}).get("localhost")
+                res = task.get("hosts", {}).get(self.host)
                 if res is not None:
                     yield task["task"]["name"].split(" : ", 1)[-1], res
 
@@ -51,19 +56,20 @@ class PlayResult:
         return [name for name, _ in self.tasks()]
 
     def failed(self) -> tuple[str, str]:
-        """(name, message) of the task that failed."""
+        """(name, message) of the task that failed on self.host."""
         for name, res in self.tasks():
             if res.get("failed"):
                 items = [r for r in res.get("results", []) if r.get("failed")]
                 return name, (items[0] if items else res).get("msg", "")
-        raise AssertionError(f"no task failed (rc {self.rc}); stderr: {self.stderr[-2000:]}")
+        raise AssertionError(f"no task failed on {self.host} (rc {self.rc}); stderr: {self.stderr[-2000:]}")
+
+    @property
+    def ok(self) -> bool:
+        return not any(res.get("failed") or res.get("unreachable") for _, res in self.tasks()) and \
+            bool(self.task_names())
 
     def changed_tasks(self) -> list[str]:
         return [name for name, res in self.tasks() if res.get("changed")]
-
-    @property
-    def stats(self) -> dict:
-        return self.doc.get("stats", {}).get("localhost", {})
 
 
 def _require(what: str) -> None:
@@ -112,17 +118,39 @@ def fake_tool(bin_dir: Path, name: str, stdout: str, rc: int = 0) -> None:
     script.chmod(0o755)
 
 
+@pytest.fixture(scope="module")
+def module_bin(tmp_path_factory) -> Path:
+    """fake_bin for module-scoped runs (several cases as hosts of one ansible-playbook run)."""
+    return tmp_path_factory.mktemp("bin")
+
+
+@pytest.fixture(scope="module")
+def module_run(ansible_env, module_bin, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("play")
+
+    def run(playbook: Path, hosts: dict[str, dict], extra: dict | None = None, check: bool = False) -> PlayResult:
+        return run_playbook(ansible_env, workdir, module_bin, playbook, extra, check, hosts)
+    return run
+
+
 def run_playbook(env: dict, workdir: Path, fake_bin: Path | None, playbook: Path, extra: dict | None = None,
-                 check: bool = False) -> PlayResult:
-    """Run a playbook against localhost (local connection); a PlayResult from the json callback."""
+                 check: bool = False, hosts: dict[str, dict] | None = None) -> PlayResult:
+    """Run a playbook with the local connection; a PlayResult from the json callback.
+
+    hosts: inventory host name -> that host's variables, so one run checks several cases (each host
+    stands for one case, all of them this machine); default a single host "localhost". extra: -e
+    variables, which win over host variables, for what every case shares."""
     workdir.mkdir(parents=True, exist_ok=True)
-    vars_file = workdir / f"extra-{len(list(workdir.glob('extra-*')))}.json"
+    n = len(list(workdir.glob("inventory-*")))
+    inventory = workdir / f"inventory-{n}.json"
     # The venv's python runs the modules (interpreter discovery may find a pyenv shim without ansible).
-    vars_file.write_text(json.dumps({"ansible_python_interpreter": str(VENV_BIN / "python"), **(extra or {})}))
+    common = {"ansible_connection": "local", "ansible_python_interpreter": str(VENV_BIN / "python")}
+    inventory.write_text(json.dumps({"all": {"vars": common, "hosts": hosts or {"localhost": {}}}}))
+    vars_file = workdir / f"extra-{n}.json"
+    vars_file.write_text(json.dumps(extra or {}))
     env = dict(env)
     env["PATH"] = f"{fake_bin or ''}:{VENV_BIN}:{env.get('PATH', '/usr/bin:/bin')}"
-    cmd = [str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "-e", f"@{vars_file}",
-           str(playbook)]
+    cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), "-e", f"@{vars_file}", str(playbook)]
     if check:
         cmd.append("--check")
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
@@ -133,13 +161,14 @@ def run_playbook(env: dict, workdir: Path, fake_bin: Path | None, playbook: Path
     if not doc:
         raise AssertionError(f"ansible-playbook printed no JSON (rc {proc.returncode}):\n"
                              f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return PlayResult(proc.returncode, doc, proc.stderr)
+    return PlayResult(proc.returncode, doc, proc.stderr, next(iter(hosts or {"localhost": {}})))
 
 
 @pytest.fixture
 def run_play(ansible_env, fake_bin, tmp_path):
-    def run(playbook: Path, extra: dict | None = None, check: bool = False) -> PlayResult:
-        return run_playbook(ansible_env, tmp_path / "play", fake_bin, playbook, extra, check)
+    def run(playbook: Path, extra: dict | None = None, check: bool = False,
+            hosts: dict[str, dict] | None = None) -> PlayResult:
+        return run_playbook(ansible_env, tmp_path / "play", fake_bin, playbook, extra, check, hosts)
     return run
 
 

@@ -130,7 +130,7 @@ def test_rhel9_grubby_adds_only_the_arguments_the_default_entry_lacks(run_play, 
     fake_tool(fake_bin, "grubby", 'index=0\nkernel="/boot/vmlinuz-5.14.0-570.el9.x86_64"\n'
                                   'args="ro crashkernel=1G-4G:192M iommu=pt rhgb quiet"\nroot="/dev/mapper/rhel-root"\n')
     res = run_play(TEST_PLAYBOOKS / "shared_task.yml",
-                   {**RHEL_9, "test_role": "vgpu.instinct.vgpu", "test_tasks": "kernel_args.yml",
+                   {**RHEL_9, "test_tasks": "kernel_args.yml",
                     "vgpu_kernel_args": ["intel_iommu=on", "iommu=pt"]}, check=True)
     assert res.rc == 0, res.failed()
     results = dict(res.tasks())
