@@ -9,6 +9,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST := $(VENV)/bin/pytest
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# Tiers made of independent CLI runs (each case its own temporary directory) use every core.
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 # What the tool itself needs (libvirt-python builds against libvirt-dev).
 APT_RUNTIME := python3-venv python3-dev gcc pkg-config libvirt-dev
@@ -42,7 +44,7 @@ test-unit:
 
 # Hostile input, signals and non-root runs against the real CLI: exit code, one line, nothing outside changed.
 test-hostile:
-	VGPU_REQUIRE_NONROOT=1 $(PYTEST) -q tests/hostile
+	VGPU_REQUIRE_NONROOT=1 $(PYTEST) -q -n $(JOBS) tests/hostile
 
 # Tier 2: discovery through real libudev (pyudev) seeing simulated trees via umockdev.
 test-udev:

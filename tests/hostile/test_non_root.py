@@ -10,70 +10,12 @@ version runs the repository and the venv's site-packages. VGPU_REQUIRE_NONROOT=1
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, Watch, assert_refused
-
-NOBODY = 65534
-
-
-def _candidates() -> list[str]:
-    out = [os.path.realpath(sys.executable)]
-    for name in (f"python{sys.version_info.major}.{sys.version_info.minor}", "python3"):
-        for folder in ("/usr/bin", "/usr/local/bin"):
-            if os.path.exists(os.path.join(folder, name)):
-                out.append(os.path.join(folder, name))
-    return out
-
-
-def _env(home: str, **extra: str) -> list[str]:
-    path = os.pathsep.join([str(REPO), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
-    pairs = {"HOME": home, "PYTHONPATH": path, "NO_COLOR": "1", "COLUMNS": "200", "PATH": "/usr/bin:/bin", **extra}
-    return [f"{k}={v}" for k, v in pairs.items()]
-
-
-@pytest.fixture(scope="module")
-def python_for_nobody() -> str:
-    if os.geteuid() != 0 or not shutil.which("setpriv"):
-        pytest.skip("needs root and setpriv to switch to user nobody")
-    for python in _candidates():
-        probe = subprocess.run(["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups", "env",
-                                *_env("/"), python, "-c", "import vgpu.cli, pydantic, click"],
-                               capture_output=True, text=True, cwd="/")
-        if probe.returncode == 0:
-            return python
-    message = "no python that user nobody can run with vgpu's dependencies"
-    if os.environ.get("VGPU_REQUIRE_NONROOT") == "1":
-        pytest.fail(message)
-    pytest.skip(message)
-
-
-def as_nobody(python: str, *args: str, home: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups", "env",
-                           *_env(home, **env), python, "-m", "vgpu", *args],
-                          capture_output=True, text=True, cwd="/", timeout=120)
-
-
-@pytest.fixture
-def area(tmp_path) -> Path:
-    """A directory nobody can reach: the pytest tree above it is root's 0700."""
-    base = Path(tmp_path)
-    for parent in [base, *base.parents]:
-        if parent == Path("/tmp") or parent == Path("/"):
-            break
-        os.chmod(parent, os.stat(parent).st_mode | 0o711)
-    own = base / "nobody"
-    own.mkdir()
-    os.chown(own, NOBODY, NOBODY)
-    return base
-
+from .conftest import Watch, as_nobody, assert_refused
 
 def test_the_whole_simulated_flow_works_as_a_normal_user(python_for_nobody, area):
     home = str(area / "nobody")

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, Watch, assert_refused, vgpu
-from .test_non_root import area, as_nobody, python_for_nobody  # noqa: F401 (fixtures)
+from .conftest import REPO, Watch, as_nobody, assert_refused, vgpu
 
 COMMANDS = {"snapshot": ("host", "snapshot"), "export": ("export",)}
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Watch, assert_refused, vgpu
+from .conftest import Watch, as_nobody, assert_refused, vgpu
 from vgpu.inputs import LIMITS
 
 TIMEOUT = 30  # a FIFO that blocks the reader fails the case instead of hanging the suite
@@ -370,23 +370,14 @@ def test_report_dir_on_a_read_only_file_system(tiny_tmpfs, good_report, tmp_path
     watch.unchanged()
 
 
-def test_report_dir_not_writable_by_a_normal_user(tmp_path, good_report):
-    locked = tmp_path / "locked"
+def test_report_dir_not_writable_by_a_normal_user(python_for_nobody, area, good_report):
+    locked = area / "locked"
     locked.mkdir(mode=0o755)  # root's, not writable by nobody
-    os.chmod(tmp_path, 0o755)
-    os.chmod(good_report, 0o644)
-    proc = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "env",
-                           f"PYTHONPATH={Path(__file__).resolve().parents[2]}", "HOME=/nonexistent",
-                           shutil.which("python3") or "python3", "-c", "import sys; print(sys.version)"],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot run as nobody here: {proc.stderr[-200:]}")
-    watch = Watch(tmp_path)
-    proc = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", "env",
-                           f"PYTHONPATH={Path(__file__).resolve().parents[2]}", "HOME=/nonexistent", "NO_COLOR=1",
-                           os.path.realpath(os.sys.executable), "-m", "vgpu", "report", "--from", str(good_report),
-                           "--report-dir", str(locked / "out"), "-q"],
-                          capture_output=True, text=True, timeout=TIMEOUT, cwd="/")
+    report = good_report  # in the same tmp_path as area
+    os.chmod(report, 0o644)
+    watch = Watch(area)
+    proc = as_nobody(python_for_nobody, "report", "--from", str(report), "--report-dir", str(locked / "out"), "-q",
+                     home=str(area / "nobody"))
     assert_refused(proc, 5, "report directory", str(locked / "out"), "not writable")
     watch.unchanged()
 

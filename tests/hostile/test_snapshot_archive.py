@@ -22,8 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Watch, assert_refused, vgpu
-from .test_non_root import NOBODY, area, as_nobody, python_for_nobody  # noqa: F401 (fixtures)
+from .conftest import NOBODY, Watch, as_nobody, assert_refused, vgpu
 from vgpu.host.archive import MAX_MEMBER_SIZE, MAX_MEMBERS, MAX_STREAM, MAX_UNPACKED
 from vgpu.inputs import LIMITS
 
