@@ -3,6 +3,7 @@ profile passes offline, and every role documents every variable it defines."""
 from __future__ import annotations
 
 import subprocess
+import tarfile
 
 import pytest
 import yaml
@@ -58,3 +59,25 @@ def test_no_hint_points_at_a_playbook_that_does_not_exist():
             if "playbooks/" in word:
                 name = word[word.index("playbooks/"):].rstrip(").,`'\"|")
                 assert (REPO / name).exists(), f"{path}: {name}"
+
+
+def test_ansible_doc_lists_every_role_with_its_entry_points(ansible_env):
+    proc = subprocess.run([str(VENV_BIN / "ansible-doc"), "-t", "role", "-l", "vgpu.instinct"], cwd=REPO,
+                          env=ansible_env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    listed = {line.rstrip(":") for line in proc.stdout.splitlines() if line.startswith("vgpu.instinct.")}
+    assert listed == {f"vgpu.instinct.{r.name}" for r in ROLES}
+    for entry in ["secure_boot", "kernel_args", "reboot_gate", "dkms_check", "amdgpu_check"]:
+        assert f"    {entry}" in proc.stdout
+
+
+def test_the_collection_builds_with_every_role_and_argument_spec(ansible_env, tmp_path):
+    proc = subprocess.run([str(VENV_BIN / "ansible-galaxy"), "collection", "build", str(COLLECTION),
+                           "--output-path", str(tmp_path)], cwd=REPO, env=ansible_env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with tarfile.open(tmp_path / "vgpu-instinct-0.1.0.tar.gz") as tar:
+        names = set(tar.getnames())
+    for role in ROLES:
+        assert f"roles/{role.name}/meta/argument_specs.yml" in names
+    assert {"MANIFEST.json", "README.md", "meta/runtime.yml"} <= names
