@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import PLAYBOOKS, RHEL_9, UBUNTU_24, fake_tool
+from conftest import PLAYBOOKS, RHEL_9, TEST_PLAYBOOKS, UBUNTU_24, fake_tool
 
 
 @pytest.fixture(scope="module")
@@ -45,3 +45,24 @@ def test_rhel_check_mode_plans_grubby_with_only_the_missing_arguments(passthroug
     results = dict(passthrough.on("rhel").tasks())
     assert results["Work out which arguments grubby must add"]["ansible_facts"]["vgpu_grubby_missing"] == \
         ["intel_iommu=on", "iommu=pt"]
+
+
+@pytest.fixture(scope="module")
+def efivar(module_run, module_bin, tmp_path_factory):
+    # No mokutil on this "host" (127, as the shell says for a missing command): the role reads the EFI variable.
+    fake_tool(module_bin, "mokutil", "", rc=127)
+    hosts = {}
+    for host, value in [("sb-on", b"\x06\x00\x00\x00\x01"), ("sb-off", b"\x06\x00\x00\x00\x00"), ("bios", None)]:
+        sysfs = tmp_path_factory.mktemp(host)
+        if value is not None:
+            efivars = sysfs / "firmware" / "efi" / "efivars"
+            efivars.mkdir(parents=True)
+            (efivars / "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c").write_bytes(value)
+        hosts[host] = {**UBUNTU_24, "test_tasks": "secure_boot.yml", "vgpu_sysfs_root": str(sysfs),
+                       "vgpu_dkms_module": "gim"}
+    return module_run(TEST_PLAYBOOKS / "shared_task.yml", hosts, check=True)
+
+
+def test_without_mokutil_the_efi_variable_decides_secure_boot(efivar):
+    assert efivar.on("sb-on").failed()[0] == "Refuse Secure Boot without a DKMS signing key"
+    assert efivar.on("sb-off").ok and efivar.on("bios").ok
