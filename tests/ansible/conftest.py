@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,7 +169,3 @@ def run_play(ansible_env, fake_bin, tmp_path):
             hosts: dict[str, dict] | None = None) -> PlayResult:
         return run_playbook(ansible_env, tmp_path / "play", fake_bin, playbook, extra, check, hosts)
     return run
-
-
-def tool_path(name: str) -> str | None:
-    return shutil.which(name, path=str(VENV_BIN)) or shutil.which(name)
