@@ -8,6 +8,12 @@ venv=${1:-.venv}
 vgpu="$venv/bin/vgpu"
 demo_dir=${VGPU_DEMO_DIR:-.sim/demo}
 export VGPU_SIM_DIR="$demo_dir/host"
+# A demo host built by a vgpu from before simulator directories carried their .vgpu-sim marker is refused
+# like any directory vgpu did not mark; the demo's own default directory is replaced instead.
+if [ -z "${VGPU_DEMO_DIR:-}" ] && [ -f "$VGPU_SIM_DIR/state.json" ] && [ ! -e "$VGPU_SIM_DIR/.vgpu-sim" ]; then
+  echo "demo: replacing $VGPU_SIM_DIR, built by an older vgpu (no .vgpu-sim marker)"
+  rm -rf -- "$VGPU_SIM_DIR"
+fi
 reports="${VGPU_DEMO_REPORTS:-reports/demo}"
 
 step() { printf '\n\033[1;36m==> %s\033[0m\n$ %s\n' "$1" "${*:2}"; }

@@ -80,6 +80,42 @@ def assert_refused(proc: subprocess.CompletedProcess, code: int, *needles: str) 
     return lines[0]
 
 
+def special_file(path: Path, how: str, cap: int) -> bool:
+    """Make ``path`` the non-regular or oversized file ``how`` (fifo, dev-zero: a link to /dev/zero,
+    directory, over-cap: sparse, one byte over ``cap``); False for any other ``how``."""
+    if how == "fifo":
+        os.mkfifo(path)
+    elif how == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif how == "directory":
+        path.mkdir()
+    elif how == "over-cap":
+        with open(path, "wb") as fh:  # sparse: costs no disk
+            fh.truncate(cap + 1)
+    else:
+        return False
+    return True
+
+
+def planned_sim(factory, name: str, *, profile: str = "mi300x-4vf", machine: Path | None = None) -> Path:
+    """A simulated host built once per module by the real CLI (a plan run, or `sim reset --machine`)."""
+    root = factory.mktemp(name)
+    if machine is None:
+        proc = vgpu("plan", "--profile", profile, "--simulate", "--sim-dir", str(root / "sim"))
+        assert proc.returncode == 3, proc.stderr
+    else:
+        proc = vgpu("sim", "reset", "--machine", str(machine), "--sim-dir", str(root / "sim"))
+        assert proc.returncode == 0, proc.stderr
+    return root / "sim"
+
+
+def copy_sim(base: Path, tmp_path: Path) -> Path:
+    """This case's own copy of a module's simulated host."""
+    copy = tmp_path / "sim"
+    shutil.copytree(base, copy, symlinks=True)
+    return copy
+
+
 @pytest.fixture
 def watch():
     return Watch

@@ -7,7 +7,6 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, assert_refused, vgpu
+from .conftest import REPO, assert_refused, copy_sim, planned_sim, vgpu
 
 PROFILE = "mi300x-4vf"
 SPEC = """\
@@ -48,18 +47,14 @@ def documented() -> dict[int, str]:
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    root = tmp_path_factory.mktemp("codes")
-    (root / "m.yaml").write_text(SPEC)
-    proc = vgpu("sim", "reset", "--machine", str(root / "m.yaml"), "--sim-dir", str(root / "sim"))
-    assert proc.returncode == 0, proc.stderr
-    return root / "sim"
+    spec = tmp_path_factory.mktemp("codes-spec") / "m.yaml"
+    spec.write_text(SPEC)
+    return planned_sim(tmp_path_factory, "codes", machine=spec)
 
 
 @pytest.fixture
 def sim(base, tmp_path):
-    copy = tmp_path / "sim"
-    shutil.copytree(base, copy, symlinks=True)
-    return copy
+    return copy_sim(base, tmp_path)
 
 
 def on(sim: Path, *args: str, **kw) -> subprocess.CompletedProcess:

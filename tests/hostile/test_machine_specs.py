@@ -8,12 +8,11 @@ directory, the decoy beside it untouched).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from .conftest import Watch, assert_refused, vgpu
+from .conftest import Watch, assert_refused, special_file, vgpu
 from vgpu.inputs import LIMITS
 
 GPU = '  - {address: "0000:85:00.0", kind: gpu, model: MI300X}\n'
@@ -57,15 +56,7 @@ SPECS = {
 
 
 def hostile_file(path: Path, how: str) -> None:
-    if how == "fifo":
-        os.mkfifo(path)
-    elif how == "directory":
-        path.mkdir()
-    elif how == "dev-zero":
-        path.symlink_to("/dev/zero")
-    elif how == "over-cap":
-        with open(path, "wb") as fh:
-            fh.truncate(LIMITS["machine spec"] + 1)
+    special_file(path, how, LIMITS["machine spec"])
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Watch, as_nobody, assert_refused, vgpu
+from .conftest import Watch, as_nobody, assert_refused, copy_sim, planned_sim, special_file, vgpu
 from vgpu.inputs import LIMITS
 
 TIMEOUT = 30  # a FIFO that blocks the reader fails the case instead of hanging the suite
@@ -26,15 +26,8 @@ NEEDLE = {"fifo": "FIFO", "dev-zero": "character device", "directory": "a direct
 def hostile(path: Path, how: str, kind: str, *, text: bytes = b"version: v1\n", deep: bytes = b"[" * 100_000,
             wrong: bytes = b"- 1\n- 2\n") -> Path:
     """Make ``path`` into the hostile file ``how`` for a file of ``kind`` (its cap from LIMITS)."""
-    if how == "fifo":
-        os.mkfifo(path)
-    elif how == "dev-zero":
-        path.symlink_to("/dev/zero")
-    elif how == "directory":
-        path.mkdir()
-    elif how == "over-cap":
-        with open(path, "wb") as fh:  # sparse: costs no disk
-            fh.truncate(LIMITS[kind] + 1)
+    if special_file(path, how, LIMITS[kind]):
+        pass
     elif how == "nul":
         path.write_bytes(text + b"\x00\x01\x02\x7fELF")
     elif how == "bad-utf8":
@@ -58,17 +51,12 @@ def limit_text(kind: str) -> str:
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
     """One simulated 8xmi300x host, built once; cases copy it."""
-    root = tmp_path_factory.mktemp("outside")
-    proc = run("plan", "--profile", "mi300x-4vf", "--simulate", "--sim-dir", str(root / "sim"))
-    assert proc.returncode == 3, proc.stderr
-    return root / "sim"
+    return planned_sim(tmp_path_factory, "outside")
 
 
 @pytest.fixture
 def sim(base, tmp_path):
-    copy = tmp_path / "sim"
-    shutil.copytree(base, copy, symlinks=True)
-    return copy
+    return copy_sim(base, tmp_path)
 
 
 def sim_env(sim: Path) -> dict:

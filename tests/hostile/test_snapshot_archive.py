@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import NOBODY, Watch, as_nobody, assert_refused, vgpu
+from .conftest import NOBODY, Watch, as_nobody, assert_refused, special_file, vgpu
 from vgpu.host.archive import MAX_MEMBER_SIZE, MAX_MEMBERS, MAX_STREAM, MAX_UNPACKED
 from vgpu.inputs import LIMITS
 
@@ -337,15 +337,7 @@ def test_manifest_problems(case, real_members, problem):
 ])
 def test_snapshot_path_that_is_not_a_regular_file(case, how, needle):
     path = case.inbox / "snap.tar.gz"
-    if how == "fifo":
-        os.mkfifo(path)
-    elif how == "dev-zero":
-        path.symlink_to("/dev/zero")
-    elif how == "directory":
-        path.mkdir()
-    elif how == "over-cap":
-        with open(path, "wb") as fh:
-            fh.truncate(LIMITS["snapshot"] + 1)
+    special_file(path, how, LIMITS["snapshot"])
     proc = case.run(Path("/dev/zero") if how == "dev-zero-itself" else path)
     assert_refused(proc, 5, needle)  # 5 (bad input), never click's 2
     case.assert_untouched()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Watch, assert_refused, vgpu
+from .conftest import Watch, assert_refused, copy_sim, planned_sim, vgpu
 
 TIMEOUT = 60
 PROFILE = "mi300x-4vf"
@@ -137,17 +137,12 @@ def test_ansible_port_must_be_a_port_number(tmp_path, form, port):
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gaps")
-    proc = run("plan", "--profile", PROFILE, "--simulate", "--sim-dir", str(root / "sim"))
-    assert proc.returncode == 3, proc.stderr
-    return root / "sim"
+    return planned_sim(tmp_path_factory, "gaps", profile=PROFILE)
 
 
 @pytest.fixture
 def sim(base, tmp_path):
-    copy = tmp_path / "sim"
-    shutil.copytree(base, copy, symlinks=True)
-    return copy
+    return copy_sim(base, tmp_path)
 
 
 def watch_host(sim: Path) -> Watch:
