@@ -75,9 +75,13 @@ NEEDLES = {"empty": "empty", "decoy": "marker", "state-json-only": "marker", "ro
            "symlink": "symbolic link", "home": "not a directory of its own"}
 
 
-@pytest.mark.parametrize("how", ["option", "env"])
-@pytest.mark.parametrize("kind", sorted(NEEDLES))
-@pytest.mark.parametrize("command", sorted(COMMANDS))
+# every command through --sim-dir; VGPU_SIM_DIR goes through the same resolution (cli.common.sim_dir_of), so
+# two commands (one that builds, one that deletes) cover it
+MATRIX = [(command, kind, "option") for command in sorted(COMMANDS) for kind in sorted(NEEDLES)] + \
+         [(command, kind, "env") for command in ("discover", "sim-remove") for kind in sorted(NEEDLES)]
+
+
+@pytest.mark.parametrize("command, kind, how", MATRIX)
 def test_a_directory_vgpu_did_not_make_is_never_touched(tmp_path, command, kind, how):
     value, watched = sim_value(tmp_path, kind)
     (tmp_path / "home").mkdir()
