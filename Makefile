@@ -37,7 +37,7 @@ test: deps-test venv
 
 # End to end on simulated hosts: the real CLI and services, crashes, faults, races.
 test-e2e:
-	$(PYTEST) -q tests/e2e
+	$(PYTEST) -q -n $(JOBS) tests/e2e
 
 test-unit:
 	$(PYTEST) -q tests/unit

@@ -179,15 +179,18 @@ def parse_json(text: str, kind: str, path: Path | str) -> Any:
     return data
 
 
-def load_yaml(path: Path | str, kind: str, *, limit: int | None = None, max_depth: int = MAX_YAML_DEPTH) -> Any:
-    """The YAML document in ``path``: no aliases, no duplicate keys, bounded nesting and size."""
-    return parse_yaml(read_text(path, kind, limit=limit), kind, path, max_depth=max_depth)
+def load_yaml(path: Path | str, kind: str, *, limit: int | None = None, max_depth: int = MAX_YAML_DEPTH,
+              aliases: bool = False) -> Any:
+    """The YAML document in ``path``: no duplicate keys, bounded nesting and size; aliases refused, or
+    with ``aliases`` allowed as long as the document they expand to stays within MAX_YAML_NODES."""
+    return parse_yaml(read_text(path, kind, limit=limit), kind, path, max_depth=max_depth, aliases=aliases)
 
 
-def parse_yaml(text: str, kind: str, path: Path | str, *, max_depth: int = MAX_YAML_DEPTH) -> Any:
+def parse_yaml(text: str, kind: str, path: Path | str, *, max_depth: int = MAX_YAML_DEPTH,
+               aliases: bool = False) -> Any:
     """``text`` as YAML under the same rules as :func:`load_yaml` (for text read elsewhere)."""
     try:
-        check_yaml_events(text, kind, path, max_depth=max_depth)
+        check_yaml_events(text, kind, path, max_depth=max_depth, aliases=aliases)
         return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - StrictLoader is a SafeLoader
     except yaml.MarkedYAMLError as exc:
         raise InputFileError(kind, path, yaml_problem(exc), sep=": ") from None
@@ -214,24 +217,39 @@ class StrictLoader(yaml.SafeLoader):
 
 
 def check_yaml_events(text: str, kind: str, path: Path | str, *, max_depth: int = MAX_YAML_DEPTH,
-                      max_nodes: int = MAX_YAML_NODES) -> None:
-    """Refuse aliases, deep nesting and huge node counts before any object is built (the event
-    parser itself is not recursive, so this is safe on hostile text)."""
+                      max_nodes: int = MAX_YAML_NODES, aliases: bool = False) -> None:
+    """Refuse deep nesting and huge node counts before any object is built (the event parser itself
+    is not recursive, so this is safe on hostile text). Aliases are refused, or (``aliases``, for files
+    people write by hand with shared parts, such as guests files) counted as the nodes they stand for,
+    so a "billion laughs" document is refused at MAX_YAML_NODES however few bytes it has."""
     depth = nodes = 0
+    sizes: dict[str, int] = {}  # anchor -> nodes it stands for
+    open_anchors: list[tuple[str | None, int]] = []  # per open collection: its anchor, nodes before it
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         line = event.start_mark.line + 1 if event.start_mark else "?"
         if isinstance(event, yaml.AliasEvent):
-            raise InputFileError(kind, path, f"line {line}: YAML aliases (*{event.anchor}) are not allowed; "
-                                 "write the value out", sep=": ")
-        if isinstance(event, yaml.CollectionStartEvent):
+            if not aliases:
+                raise InputFileError(kind, path, f"line {line}: YAML aliases (*{event.anchor}) are not allowed; "
+                                     "write the value out", sep=": ")
+            nodes += sizes.get(event.anchor, 1)
+        elif isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > max_depth:
                 raise InputFileError(kind, path, f"line {line}: nested deeper than {max_depth} levels", sep=": ")
+            open_anchors.append((event.anchor, nodes))
+            nodes += 1
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1
-        nodes += 1
+            anchor, before = open_anchors.pop()
+            if anchor is not None:
+                sizes[anchor] = nodes - before
+        else:
+            if isinstance(event, yaml.ScalarEvent) and event.anchor is not None:
+                sizes[event.anchor] = 1
+            nodes += 1
         if nodes > max_nodes:
-            raise InputFileError(kind, path, f"more than {max_nodes} YAML nodes", sep=": ")
+            what = "YAML nodes once its aliases are expanded" if sizes else "YAML nodes"
+            raise InputFileError(kind, path, f"more than {max_nodes} {what}", sep=": ")
 
 
 def yaml_problem(exc: yaml.MarkedYAMLError) -> str:

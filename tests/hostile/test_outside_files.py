@@ -106,6 +106,33 @@ def test_inventory_file(tmp_path, how):
     watch.unchanged()
 
 
+def laughs(top: str, levels: int = 9) -> bytes:
+    """A "billion laughs" document: few bytes, 10**levels nodes once its aliases are expanded."""
+    lines = ["lol0: &lol0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"lol{i}: &lol{i} [{', '.join([f'*lol{i - 1}'] * 10)}]" for i in range(1, levels)]
+    return (top + "\n".join(lines) + "\n").encode()
+
+
+ALIAS_FILES = {
+    "guests file": ("guests.yaml", "--guests", b"version: v1\nguests: []\n"),
+    "inventory": ("inventory.yaml", "--inventory", b"all:\n  hosts: {}\n"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ALIAS_FILES))
+def test_aliases_expanding_past_the_node_cap_are_refused(tmp_path, kind):
+    """Anchors are allowed in guests files and inventories (people share an expectation with &mi300x),
+    but counted as what they expand to: a billion-laughs file is refused at once, not built."""
+    name, option, top = ALIAS_FILES[kind]
+    path = tmp_path / name
+    path.write_bytes(laughs(top.decode()))
+    assert len(path.read_bytes()) < 2000
+    watch = Watch(tmp_path)
+    proc = run("validate", option, str(path), "--report-dir", str(tmp_path / "reports"))
+    assert_refused(proc, 5, kind, str(path), "once its aliases are expanded")
+    watch.unchanged()
+
+
 RANGES = {
     "thirty million hosts": ("inv.ini", "[gpu]\nvm[0:30000000]\n", "names more hosts than the limit of 4096"),
     "nested ranges multiply": ("inv.ini", "vm[0:99]-[0:99]\n", "names more hosts than the limit of 4096"),

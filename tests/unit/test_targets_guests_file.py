@@ -45,6 +45,17 @@ def test_guest_with_its_own_expect_block_does_not_inherit_the_default_profile(tm
     assert t.profile is None
 
 
+def test_guests_share_an_expectation_through_a_yaml_anchor(tmp_path):
+    """Anchors are how people (and yaml.safe_dump) write a shared block once; they are counted, not refused."""
+    a, b = parse("""
+        version: v1
+        guests:
+          - {host: h1, expect: &mi {model: MI300X, compute: CPX, memory: NPS4}}
+          - {host: h2, expect: *mi}
+        """, tmp_path)
+    assert a.expect == b.expect == ExpectSpec("MI300X", "CPX", "NPS4", True)
+
+
 def test_env_python_and_skip_workloads_are_carried(tmp_path):
     (t,) = parse("""
         version: v1

@@ -102,7 +102,7 @@ class _GuestsFile(BaseModel):
 
 def parse_guests_file(text: str, *, source: str, base_dir: Path) -> list[Target]:
     """Targets from a guests file. Relative identity paths are relative to ``base_dir``."""
-    data = inputs.parse_yaml(text, "guests file", source)
+    data = inputs.parse_yaml(text, "guests file", source, aliases=True)  # shared expectations: &mi300x / *mi300x
     try:
         spec = _GuestsFile.model_validate(data)
     except ValidationError as exc:
@@ -330,7 +330,7 @@ class _Numbered:
 
 
 def _yaml_groups(text: str, source: str, hosts: _HostBudget) -> dict[str, _Group]:
-    data = inputs.parse_yaml(text, "inventory", source)
+    data = inputs.parse_yaml(text, "inventory", source, aliases=True)  # Ansible allows anchors
     if not isinstance(data, dict):
         raise InputError(f"inventory {source}: expected a mapping of groups at the top level")
     groups: dict[str, _Group] = {"all": _Group({}, {}, []), "ungrouped": _Group({}, {}, [])}
