@@ -22,13 +22,12 @@ line; it keeps the kind, the path and the problem apart for callers with their o
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import stat
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from vgpu.errors import InputError
 
@@ -189,31 +188,39 @@ def load_yaml(path: Path | str, kind: str, *, limit: int | None = None, max_dept
 def parse_yaml(text: str, kind: str, path: Path | str, *, max_depth: int = MAX_YAML_DEPTH,
                aliases: bool = False) -> Any:
     """``text`` as YAML under the same rules as :func:`load_yaml` (for text read elsewhere)."""
+    import yaml  # here, not at the top: discovery reads sysfs through this module on hosts without PyYAML
+
     try:
         check_yaml_events(text, kind, path, max_depth=max_depth, aliases=aliases)
-        return yaml.load(text, Loader=StrictLoader)  # noqa: S506 - StrictLoader is a SafeLoader
+        return yaml.load(text, Loader=_strict_loader())  # noqa: S506 - a SafeLoader
     except yaml.MarkedYAMLError as exc:
         raise InputFileError(kind, path, yaml_problem(exc), sep=": ") from None
     except yaml.YAMLError as exc:
         raise InputFileError(kind, path, f"is not valid YAML ({' '.join(str(exc).split())[:200]})") from None
 
 
-class StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys, which PyYAML would otherwise silently collapse."""
+@functools.cache
+def _strict_loader() -> type:
+    """A SafeLoader that refuses duplicate keys, which PyYAML would otherwise silently collapse."""
+    import yaml
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                duplicate = key in seen
-                seen.add(key)
-            except TypeError:
-                raise yaml.constructor.ConstructorError(None, None, "a mapping key must be a plain value",
-                                                        key_node.start_mark) from None
-            if duplicate:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-        return super().construct_mapping(node, deep=deep)
+    class StrictLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    duplicate = key in seen
+                    seen.add(key)
+                except TypeError:
+                    raise yaml.constructor.ConstructorError(None, None, "a mapping key must be a plain value",
+                                                            key_node.start_mark) from None
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}",
+                                                            key_node.start_mark)
+            return super().construct_mapping(node, deep=deep)
+
+    return StrictLoader
 
 
 def check_yaml_events(text: str, kind: str, path: Path | str, *, max_depth: int = MAX_YAML_DEPTH,
@@ -222,6 +229,8 @@ def check_yaml_events(text: str, kind: str, path: Path | str, *, max_depth: int 
     is not recursive, so this is safe on hostile text). Aliases are refused, or (``aliases``, for files
     people write by hand with shared parts, such as guests files) counted as the nodes they stand for,
     so a "billion laughs" document is refused at MAX_YAML_NODES however few bytes it has."""
+    import yaml
+
     depth = nodes = 0
     sizes: dict[str, int] = {}  # anchor -> nodes it stands for
     open_anchors: list[tuple[str | None, int]] = []  # per open collection: its anchor, nodes before it
@@ -252,7 +261,7 @@ def check_yaml_events(text: str, kind: str, path: Path | str, *, max_depth: int 
             raise InputFileError(kind, path, f"more than {max_nodes} {what}", sep=": ")
 
 
-def yaml_problem(exc: yaml.MarkedYAMLError) -> str:
+def yaml_problem(exc: Any) -> str:  # a yaml.MarkedYAMLError
     mark = exc.problem_mark or exc.context_mark
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
     words = [exc.context, exc.problem] if exc.context and exc.problem else [exc.problem or exc.context or "malformed"]
