@@ -97,6 +97,31 @@ def special_file(path: Path, how: str, cap: int) -> bool:
     return True
 
 
+def two_gpu_spec(name: str, description: str, *, first_vf_limit: int | None = None) -> str:
+    """A small machine spec (2 x MI300X on two NUMA nodes) whose plan still has every step kind: the
+    tiers that run a provision many times use it to stay fast. ``first_vf_limit``: the VF count the
+    first GPU's firmware allows (gim refuses more)."""
+    limit = f", vf_limit: {first_vf_limit}" if first_vf_limit is not None else ""
+    return f"""\
+version: v1
+name: {name}
+description: {description}
+functions:
+  - {{address: "0000:05:00.0", kind: gpu, model: MI300X, numa_node: 0, sriov: {{total_vfs: 8{limit}}},
+     path: ["0000:00:01.1", "0000:01:00.0", "0000:02:00.0"]}}
+  - {{address: "0000:85:00.0", kind: gpu, model: MI300X, numa_node: 1, sriov: {{total_vfs: 8}},
+     path: ["0000:80:01.1", "0000:81:00.0", "0000:82:00.0"]}}
+state:
+  iommu: true
+  cmdline: "BOOT_IMAGE=/boot/vmlinuz-6.8.0-sim ro iommu=pt modprobe.blacklist=amdgpu"
+  modules:
+    gim: {{}}
+    vfio_pci: {{}}
+  module_versions: {{gim: "8.4.0.K"}}
+  hugepages: {{2048: 0, 1048576: 0}}
+"""
+
+
 def planned_sim(factory, name: str, *, profile: str = "mi300x-4vf", machine: Path | None = None) -> Path:
     """A simulated host built once per module by the real CLI (a plan run, or `sim reset --machine`)."""
     root = factory.mktemp(name)

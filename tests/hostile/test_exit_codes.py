@@ -16,27 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, assert_refused, copy_sim, planned_sim, vgpu
+from .conftest import REPO, assert_refused, copy_sim, planned_sim, two_gpu_spec, vgpu
 
 PROFILE = "mi300x-4vf"
-SPEC = """\
-version: v1
-name: codes2xmi300x
-description: 2 x MI300X whose firmware allows 1 VF (gim refuses vf_num 4)
-functions:
-  - {address: "0000:05:00.0", kind: gpu, model: MI300X, numa_node: 0, sriov: {total_vfs: 8, vf_limit: 1},
-     path: ["0000:00:01.1", "0000:01:00.0", "0000:02:00.0"]}
-  - {address: "0000:85:00.0", kind: gpu, model: MI300X, numa_node: 1, sriov: {total_vfs: 8},
-     path: ["0000:80:01.1", "0000:81:00.0", "0000:82:00.0"]}
-state:
-  iommu: true
-  cmdline: "BOOT_IMAGE=/boot/vmlinuz-6.8.0-sim ro iommu=pt modprobe.blacklist=amdgpu"
-  modules:
-    gim: {}
-    vfio_pci: {}
-  module_versions: {gim: "8.4.0.K"}
-  hugepages: {2048: 0, 1048576: 0}
-"""
+SPEC = two_gpu_spec("codes2xmi300x", "2 x MI300X whose firmware allows 1 VF (gim refuses vf_num 4)", first_vf_limit=1)
 
 
 def documented() -> dict[int, str]:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, assert_refused, tree_digest, vgpu
+from .conftest import REPO, assert_refused, tree_digest, two_gpu_spec, vgpu
 
 PROFILE = "mi300x-4vf"
 # write-file x3, reload-gim, bind-vfs x2, install-persistence (test_the_plan_has_the_steps_we_signal)
@@ -32,24 +32,7 @@ STEPS = 7
 # directories holding it) and the simulated kernel log (gim's reload messages stay in dmesg).
 HOST_LOG = {"var", "var/lib", "var/lib/vgpu", "var/lib/vgpu/lock", "dmesg.log"}
 
-SPEC = """\
-version: v1
-name: sig2xmi300x
-description: 2 x MI300X, for the signal tests
-functions:
-  - {address: "0000:05:00.0", kind: gpu, model: MI300X, numa_node: 0, sriov: {total_vfs: 8},
-     path: ["0000:00:01.1", "0000:01:00.0", "0000:02:00.0"]}
-  - {address: "0000:85:00.0", kind: gpu, model: MI300X, numa_node: 1, sriov: {total_vfs: 8},
-     path: ["0000:80:01.1", "0000:81:00.0", "0000:82:00.0"]}
-state:
-  iommu: true
-  cmdline: "BOOT_IMAGE=/boot/vmlinuz-6.8.0-sim ro iommu=pt modprobe.blacklist=amdgpu"
-  modules:
-    gim: {}
-    vfio_pci: {}
-  module_versions: {gim: "8.4.0.K"}
-  hugepages: {2048: 0, 1048576: 0}
-"""
+SPEC = two_gpu_spec("sig2xmi300x", "2 x MI300X, for the signal tests")
 
 # every point a signal can land: before each step, and after the last one (all applied, not yet verified)
 POINTS = [f"{i}:before" for i in range(STEPS)] + [f"{STEPS - 1}:after"]
