@@ -67,8 +67,10 @@ def _refused(exc, profile: str, host: str, as_json: bool) -> int:
 @click.option("--lock-timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for the host lock.")
 @click.option("--vf-timeout", type=float, default=60.0, show_default=True,
               help="Seconds to wait for gim to create VFs after a reload.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the result as JSON (schema vgpu.provision/v1); never asks: disruptive plans need --yes.")
 @host_options
-def provision(profile_ref, recorded, dry_run, yes, force, lock_timeout, vf_timeout,
+def provision(profile_ref, recorded, dry_run, yes, force, lock_timeout, vf_timeout, as_json,
               simulate, sim_dir, sysfs_root, snapshot) -> int:
     """Apply a profile: configure gim, create VFs, set partitions, bind vfio-pci, persist; verify by read-back."""
     from vgpu.cli import planview
@@ -77,21 +79,37 @@ def provision(profile_ref, recorded, dry_run, yes, force, lock_timeout, vf_timeo
 
     if bool(profile_ref) == bool(recorded):
         raise click.UsageError("give exactly one of --profile NAME|FILE and --recorded")
-    with open_host(simulate, sim_dir, sysfs_root, snapshot) as target:
+    report = planview.ProvisionReport("apply", as_json, profile_ref)
+    with report, open_host(simulate, sim_dir, sysfs_root, snapshot) as target:
+        report.host = target.paths.label
         profile = recorded_profile(target) if recorded else _load(profile_ref)
         if profile is None:
-            click.echo("no profile is recorded on this host: nothing to re-apply")
-            return ExitCode.OK
+            return report.nothing_recorded()
+        report.profile = profile.name
         try:
             result = run_provision(target, profile, dry_run=dry_run, force=force,
-                                   confirm=None if yes else _confirm, hook=_sim_kill_hook(target),
+                                   confirm=_confirm_for(yes, as_json), hook=_sim_kill_hook(target),
                                    lock_timeout=lock_timeout, vf_timeout=vf_timeout)
         except Refusal as exc:
-            return _refused(exc, profile.name, target.paths.label, False)
-    planview.show_provision(result)
+            return report.refused(exc)
+    report.done(result)
     if dry_run and not result.plan.in_sync:
         return ExitCode.CHANGES_PENDING
     return ExitCode.OK
+
+
+def _confirm_for(yes: bool, as_json: bool):
+    """How a disruptive plan is confirmed: --yes skips it; --json never asks (its stdout is the document)."""
+    if yes:
+        return None
+    return _refuse_unconfirmed if as_json else _confirm
+
+
+def _refuse_unconfirmed(plan) -> bool:
+    if not plan.disruptive:
+        return True
+    raise VgpuError("the plan disrupts devices and --json runs never ask to confirm",
+                    hint="review `vgpu plan --json`, then rerun with --yes")
 
 
 def _confirm(plan) -> bool:
@@ -189,16 +207,20 @@ def status(as_json, simulate, sim_dir, sysfs_root, snapshot) -> int:
 @click.option("-y", "--yes", is_flag=True, help="Do not ask before disruptive steps.")
 @click.option("--force", is_flag=True, help="Proceed even when VMs or processes hold the devices.")
 @click.option("--lock-timeout", type=float, default=30.0, show_default=True)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the result as JSON (schema vgpu.provision/v1); never asks: disruptive plans need --yes.")
 @host_options
-def release(dry_run, yes, force, lock_timeout, simulate, sim_dir, sysfs_root, snapshot) -> int:
+def release(dry_run, yes, force, lock_timeout, as_json, simulate, sim_dir, sysfs_root, snapshot) -> int:
     """Return the host to its default state: VFs off vfio-pci, vgpu's config and boot unit removed."""
     from vgpu.cli import planview
     from vgpu.provision import release as run_release
 
-    with open_host(simulate, sim_dir, sysfs_root, snapshot) as target:
-        result = run_release(target, dry_run=dry_run, force=force, confirm=None if yes else _confirm,
+    report = planview.ProvisionReport("release", as_json, None)
+    with report, open_host(simulate, sim_dir, sysfs_root, snapshot) as target:
+        report.host = target.paths.label
+        result = run_release(target, dry_run=dry_run, force=force, confirm=_confirm_for(yes, as_json),
                              lock_timeout=lock_timeout)
-    planview.show_provision(result)
+    report.done(result)
     return ExitCode.CHANGES_PENDING if dry_run and not result.plan.in_sync else ExitCode.OK
 
 

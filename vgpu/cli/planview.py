@@ -149,3 +149,69 @@ def show_status(profile: str, host: str, items, as_json: bool, unfinished: str |
         out.print("[green]in sync[/]" if in_sync else
                   f"[bold red]drift[/]: {sum(not i.ok for i in items)} item(s) differ; "
                   "`vgpu provision --recorded` re-applies")
+
+
+PROVISION_SCHEMA = "vgpu.provision/v1"
+
+
+class ProvisionReport:
+    """What `provision` and `release` say, for people or (``--json``) as one vgpu.provision/v1 document.
+
+    Every way the command ends goes through here: done (applied, in sync or planned), refused,
+    nothing recorded, or an error (ApplyError, InUseError, LockedError, InterruptedRun, ...). With
+    --json an error still prints the document (``result: "failed"``, the sentence, the hint and the
+    exit code) and is then re-raised, so stderr gets the usual one ``error:`` line and the exit code is
+    the documented one (docs/plan-json.md, docs/exit-codes.md).
+    """
+
+    def __init__(self, action: str, as_json: bool, profile: str | None):
+        self.action, self.as_json = action, as_json
+        self.profile, self.host = profile, None
+
+    def __enter__(self) -> "ProvisionReport":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        from vgpu.errors import VgpuError
+        if self.as_json and isinstance(exc, VgpuError):
+            self._emit(result="failed", changed=False,
+                       error={"message": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code),
+                              "kind": type(exc).__name__})
+        return False
+
+    def _emit(self, *, result: str, changed: bool, plan: Plan | None = None, applied=(), recovered=(),
+              warnings=(), problems=None, error=None) -> None:
+        print_json({"schema": PROVISION_SCHEMA, "action": self.action, "profile": self.profile,
+                    "host": self.host, "result": result, "changed": changed,
+                    "applied": list(applied), "recovered": list(recovered), "warnings": list(warnings),
+                    "plan": None if plan is None else plan.to_dict(), "problems": problems, "error": error})
+
+    def done(self, result) -> None:
+        if not self.as_json:
+            show_provision(result)
+            return
+        self.profile = result.plan.profile if self.action == "apply" else self.profile
+        applied = result.outcome.applied if result.outcome is not None else []
+        outcome = ("planned" if result.dry_run and not result.plan.in_sync else
+                   "in-sync" if result.outcome is None else "applied")
+        self._emit(result=outcome, changed=bool(applied or result.recovered), plan=result.plan, applied=applied,
+                   recovered=result.recovered, warnings=(*result.plan.warnings, *result.warnings))
+
+    def refused(self, exc) -> int:
+        from vgpu.errors import ExitCode
+        if not self.as_json:
+            show_refusal(exc, self.profile or "?", self.host or "?", False)
+            return ExitCode.REFUSED
+        problems = [{"subject": p.subject, "message": p.message, "fix": p.fix}
+                    for p in getattr(exc, "problems", ())] or [{"subject": "profile", "message": exc.message,
+                                                                 "fix": exc.hint}]
+        self._emit(result="refused", changed=False, problems=problems)
+        return ExitCode.REFUSED
+
+    def nothing_recorded(self) -> int:
+        from vgpu.errors import ExitCode
+        if self.as_json:
+            self._emit(result="nothing-recorded", changed=False)
+        else:
+            console().print("no profile is recorded on this host: nothing to re-apply")
+        return ExitCode.OK
