@@ -97,6 +97,8 @@ def ansible_env(tmp_path_factory) -> dict:
         "ANSIBLE_DEPRECATION_WARNINGS": "0",
         "ANSIBLE_LOCALHOST_WARNING": "0",
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
+        # set_stats data in the json callback's output (AWX collects it as the job's artifacts anyway).
+        "ANSIBLE_SHOW_CUSTOM_STATS": "1",
     })
     return env
 
@@ -133,7 +135,7 @@ def module_run(ansible_env, module_bin, tmp_path_factory):
 
 
 def run_playbook(env: dict, workdir: Path, fake_bin: Path | None, playbook: Path, extra: dict | None = None,
-                 check: bool = False, hosts: dict[str, dict] | None = None) -> PlayResult:
+                 check: bool = False, hosts: dict[str, dict] | None = None, diff: bool = False) -> PlayResult:
     """Run a playbook with the local connection; a PlayResult from the json callback.
 
     hosts: inventory host name -> that host's variables, so one run checks several cases (each host
@@ -152,6 +154,8 @@ def run_playbook(env: dict, workdir: Path, fake_bin: Path | None, playbook: Path
     cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), "-e", f"@{vars_file}", str(playbook)]
     if check:
         cmd.append("--check")
+    if diff:
+        cmd.append("--diff")
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     try:
         doc = json.loads(proc.stdout[proc.stdout.index("{"):]) if "{" in proc.stdout else {}
@@ -166,6 +170,6 @@ def run_playbook(env: dict, workdir: Path, fake_bin: Path | None, playbook: Path
 @pytest.fixture
 def run_play(ansible_env, fake_bin, tmp_path):
     def run(playbook: Path, extra: dict | None = None, check: bool = False,
-            hosts: dict[str, dict] | None = None) -> PlayResult:
-        return run_playbook(ansible_env, tmp_path / "play", fake_bin, playbook, extra, check, hosts)
+            hosts: dict[str, dict] | None = None, diff: bool = False) -> PlayResult:
+        return run_playbook(ansible_env, tmp_path / "play", fake_bin, playbook, extra, check, hosts, diff)
     return run

@@ -19,7 +19,7 @@ from vgpu.sim.build import build_state, initial_vfs
 from vgpu.sim.kernel import LOG_NAME, SimKernel
 from vgpu.sim.pcicore import Ctx
 from vgpu.sim.spec import DEFAULT_MACHINE, MachineSpec, load_spec
-from vgpu.sim.state import Holder, SimState, load_state, save_state, write_atomic, write_tree_mark
+from vgpu.sim.state import LOCK_FILE, Holder, SimState, load_state, save_state, write_atomic, write_tree_mark
 from vgpu.sim.tree import Tree, registered_drivers
 
 ROOT_NAME = "root"
@@ -64,7 +64,16 @@ class SimHost:
         Tree(host.root).render_all(state)
         (host.root / LOG_NAME).write_text("\n".join(ctx.log_lines) + "\n")
         write_tree_mark(state_dir, state.generation)
+        host._complete()
         return host
+
+    def _complete(self) -> None:
+        """Create now what reading the host would otherwise create lazily (the state lock, the simulated
+        libvirt's node), so that read-only commands (plan, status, check mode) leave the directory as it is."""
+        from vgpu.hypervisor.sim import SimHypervisor
+        from vgpu.vms import sim_hypervisor_dir
+        (self.state_dir / LOCK_FILE).touch(mode=0o644)
+        SimHypervisor(sim_hypervisor_dir(self.root))
 
     @classmethod
     def open(cls, state_dir: Path) -> "SimHost":

@@ -1,0 +1,246 @@
+#!/usr/bin/python
+# Copyright: vgpu maintainers
+# Apache-2.0 (see the repository's LICENSE)
+"""Ansible's contract for `vgpu provision` / `vgpu release`: check mode = plan, typed results."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: vgpu_provision
+short_description: Apply a vgpu profile to a KVM host (or release it) and return vgpu's typed result
+version_added: "0.1.0"
+description:
+  - Runs C(vgpu provision --profile NAME --json --yes) on the target (C(vgpu release --json --yes) with
+    O(state=released)) and returns the C(vgpu.provision/v1) document vgpu prints (docs/plan-json.md).
+  - Check mode runs the same command with C(--dry-run): the plan, nothing changed. C(changed) is true only
+    when vgpu ran steps (in check mode, when the plan has steps).
+  - With C(--diff) the plan's steps are shown as the diff.
+  - A refusal, a device in use, a held lock or a failed step fails the task with vgpu's own sentences and
+    its exit code (RV(rc), RV(exit_code_name)); a failed step has already been rolled back by vgpu.
+  - vgpu is run with an argument list, never through a shell.
+options:
+  profile:
+    description:
+      - A shipped profile name (C(vgpu profiles list)) or the path of a profile YAML file on the target.
+      - Required with O(state=provisioned).
+    type: str
+  state:
+    description:
+      - V(provisioned) applies O(profile); V(released) returns the host to its default state.
+    type: str
+    choices: [provisioned, released]
+    default: provisioned
+  force:
+    description:
+      - Proceed even when VMs or processes hold devices the plan disrupts (vgpu's C(--force)): they break.
+    type: bool
+    default: false
+  lock_timeout:
+    description: Seconds to wait for another vgpu run's host lock.
+    type: float
+    default: 30.0
+  vf_timeout:
+    description: Seconds to wait for gim to create the VFs after a reload.
+    type: float
+    default: 60.0
+  simulate:
+    description:
+      - Run against vgpu's simulated host instead of this host's hardware (C(--simulate)); for demos and tests.
+    type: bool
+    default: false
+  sim_machine:
+    description: With O(simulate), the simulated machine (C(vgpu sim machines)); vgpu's default when omitted.
+    type: str
+  sim_dir:
+    description: With O(simulate), the simulator directory (C(--sim-dir)).
+    type: path
+  executable:
+    description: The vgpu command (a name looked up on PATH, or a path).
+    type: str
+    default: vgpu
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+author:
+  - vgpu maintainers
+"""
+
+EXAMPLES = r"""
+- name: Split every MI300X into 4 VFs
+  vgpu.instinct.vgpu_provision:
+    profile: mi300x-4vf
+  become: true
+
+- name: What would change (check mode is the plan)
+  vgpu.instinct.vgpu_provision:
+    profile: mi300x-4vf
+  check_mode: true
+  diff: true
+
+- name: Give the host back
+  vgpu.instinct.vgpu_provision:
+    state: released
+  become: true
+"""
+
+RETURN = r"""
+result:
+  description: The whole C(vgpu.provision/v1) document (docs/plan-json.md).
+  returned: when vgpu printed one
+  type: dict
+outcome:
+  description: How the run ended (V(applied), V(in-sync), V(planned), V(refused), V(failed), V(nothing-recorded)).
+  returned: when vgpu printed a document
+  type: str
+  sample: applied
+plan:
+  description: The C(vgpu.plan/v1) plan that was applied or, in check mode, would be.
+  returned: when vgpu planned
+  type: dict
+applied:
+  description: One sentence per step applied, in order.
+  returned: always
+  type: list
+  elements: str
+problems:
+  description: Why the profile was refused, one C({subject, message, fix}) per problem.
+  returned: when refused
+  type: list
+  elements: dict
+exit_code:
+  description:
+    - vgpu's exit code (docs/exit-codes.md); 3 in check mode when the plan has steps.
+    - A failed task also carries it as RV(rc). It is not RV(rc) on success, because Ansible takes any non-zero
+      RV(rc) for a failure and check mode's 3 is not one.
+  returned: always
+  type: int
+rc:
+  description: vgpu's exit code, on failure only.
+  returned: failed
+  type: int
+exit_code_name:
+  description: The exit code's name (V(OK), V(REFUSED), V(IN_USE), V(LOCKED), V(APPLY_FAILED), ...).
+  returned: always
+  type: str
+cmd:
+  description: The argument list that was run.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import json
+
+from ansible.module_utils.basic import AnsibleModule
+
+# vgpu's exit codes (docs/exit-codes.md; vgpu.errors.ExitCode).
+EXIT_CODES = {0: "OK", 1: "FAILURE", 2: "USAGE", 3: "CHANGES_PENDING", 4: "REFUSED", 5: "BAD_INPUT",
+              6: "IN_USE", 7: "LOCKED", 8: "APPLY_FAILED", 9: "REMOTE", 70: "INTERNAL", 130: "INTERRUPTED",
+              143: "TERMINATED"}
+SCHEMA = "vgpu.provision/v1"
+
+
+def command(module, executable):
+    p = module.params
+    if p["state"] == "provisioned":
+        argv = [executable, "provision", "--profile", p["profile"]]
+    else:
+        argv = [executable, "release"]
+    argv += ["--json", "--yes", "--lock-timeout", str(p["lock_timeout"])]
+    if p["state"] == "provisioned":
+        argv += ["--vf-timeout", str(p["vf_timeout"])]
+    if p["force"]:
+        argv.append("--force")
+    if module.check_mode:
+        argv.append("--dry-run")
+    if p["simulate"]:
+        argv.append("--simulate" + (f"={p['sim_machine']}" if p["sim_machine"] else ""))
+        if p["sim_dir"]:
+            argv += ["--sim-dir", p["sim_dir"]]
+    return argv
+
+
+def document(stdout):
+    try:
+        doc = json.loads(stdout)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) and doc.get("schema") == SCHEMA else None
+
+
+def error_line(stderr):
+    """vgpu's one `error:` line (and its `hint:`), for runs that printed no document (usage errors)."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    picked = [ln for ln in lines if ln.startswith(("error:", "hint:", "Error:"))]
+    return "; ".join(picked or lines[-3:]) or "no output"
+
+
+def plan_text(plan):
+    head = f"vgpu {plan.get('action', 'apply')}: {plan.get('profile')} on {plan.get('host')}"
+    lines = [head] + [f"  {i}. {s.get('description', s.get('kind'))}" for i, s in enumerate(plan.get("steps", []), 1)]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            profile=dict(type="str"),
+            state=dict(type="str", choices=["provisioned", "released"], default="provisioned"),
+            force=dict(type="bool", default=False),
+            lock_timeout=dict(type="float", default=30.0),
+            vf_timeout=dict(type="float", default=60.0),
+            simulate=dict(type="bool", default=False),
+            sim_machine=dict(type="str"),
+            sim_dir=dict(type="path"),
+            executable=dict(type="str", default="vgpu"),
+        ),
+        required_if=[("state", "provisioned", ("profile",))],
+        supports_check_mode=True,
+    )
+    p = module.params
+    if (p["sim_machine"] or p["sim_dir"]) and not p["simulate"]:
+        module.fail_json(msg="sim_machine and sim_dir apply only with simulate: true")
+    executable = p["executable"]
+    if "/" not in executable:
+        executable = module.get_bin_path(executable, required=True)
+    argv = command(module, executable)
+    rc, stdout, stderr = module.run_command(argv, environ_update={"NO_COLOR": "1"})
+    name = EXIT_CODES.get(rc, f"EXIT_{rc}")
+    doc = document(stdout)
+    out = dict(cmd=argv, exit_code=rc, exit_code_name=name, changed=False, applied=[])
+    if doc is None:
+        module.fail_json(msg=f"vgpu exited {rc} ({name}) without a result: {error_line(stderr)}", stderr=stderr,
+                         rc=rc, **out)
+    plan = doc.get("plan")
+    out.update(result=doc, outcome=doc.get("result"), applied=doc.get("applied") or [],
+               problems=doc.get("problems"))
+    if plan is not None:
+        out["plan"] = plan
+    for warning in doc.get("warnings") or []:
+        module.warn(f"vgpu: {warning}")
+    outcome = doc.get("result")
+    if outcome == "refused":
+        lines = [f"{pr['subject']}: {pr['message']}" + (f" (fix: {pr['fix']})" if pr.get("fix") else "")
+                 for pr in doc.get("problems") or []]
+        module.fail_json(msg=f"vgpu refused profile {doc.get('profile')} on {doc.get('host')}; nothing was "
+                             f"changed: " + "; ".join(lines), rc=rc, **out)
+    if outcome == "failed":
+        err = doc.get("error") or {}
+        hint = f" (hint: {err['hint']})" if err.get("hint") else ""
+        module.fail_json(msg=f"vgpu exited {rc} ({name}): {err.get('message', error_line(stderr))}{hint}", rc=rc,
+                         **out)
+    expected = {"applied": 0, "in-sync": 0, "nothing-recorded": 0, "planned": 3}
+    if expected.get(outcome) != rc:
+        module.fail_json(msg=f"vgpu exited {rc} ({name}) with result {outcome!r}: {error_line(stderr)}", rc=rc,
+                         **out)
+    out["changed"] = bool(doc.get("changed")) if not module.check_mode else bool(plan and plan.get("steps"))
+    if module._diff and plan is not None and plan.get("steps"):
+        out["diff"] = {"prepared": plan_text(plan)}
+    module.exit_json(**out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+"""playbooks/provision.yml and validate.yml with the real ansible-playbook, the real vgpu CLI and a
+simulated MI300X host (`--simulate`, a simulator directory under tmp_path): the module's contract
+(check mode = plan, changed only when steps ran, --diff shows the plan, vgpu's sentences and exit codes on
+failure), idempotence, and `vgpu status` afterwards."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import PLAYBOOKS, REPO, VENV_BIN
+
+
+
+def _hostile_helpers():
+    """The hostile tier's "nothing changed" digest (tests/hostile/conftest.py), one implementation."""
+    spec = importlib.util.spec_from_file_location("vgpu_hostile_conftest", REPO / "tests" / "hostile" / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tree_digest = _hostile_helpers().tree_digest
+
+
+def assert_unchanged(sim_dir: Path, before: dict) -> None:
+    """Nothing in the simulated host changed, except that vgpu's host lock (an empty file in
+    /var/lib/vgpu, which `provision --dry-run` takes so it never plans from a half-applied host) may now exist."""
+    # Also not compared: the simulated libvirt's node.xml, which it regenerates from domains/ and its
+    # states file on every open (a cache, not state).
+    lock, node = "root/var/lib/vgpu/lock", "root/var/lib/libvirt-sim/hypervisor/node.xml"
+    after = {k: v for k, v in tree_digest(sim_dir).items() if k != node}
+    before = {k: v for k, v in before.items() if k != node}
+    extra = set(after) - set(before)
+    assert extra <= {lock, "root/var/lib/vgpu"}, extra
+    if lock in after:  # the lock holds the pid of the last run that took it
+        after[lock], before[lock] = "file", "file"
+    assert {k: v for k, v in after.items() if k in before} == before
+
+VGPU = str(VENV_BIN / "vgpu")
+
+
+def sim_host(tmp_path: Path, machine: str = "8xmi300x") -> Path:
+    sim_dir = tmp_path / "sim"
+    proc = subprocess.run([VGPU, "sim", "reset", "--machine", machine, "--sim-dir", str(sim_dir)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return sim_dir
+
+
+def provision_vars(sim_dir: Path, **over) -> dict:
+    return {"vgpu_provision_hosts": "all", "ansible_become": False, "vgpu_serial": [1],
+            "provision_install": "none", "provision_executable": VGPU,
+            "provision_simulate": True, "provision_sim_dir": str(sim_dir),
+            "provision_profile": "mi300x-4vf", **over}
+
+
+def status(sim_dir: Path) -> tuple[int, dict]:
+    proc = subprocess.run([VGPU, "status", "--json", "--simulate", "--sim-dir", str(sim_dir)],
+                          capture_output=True, text=True, timeout=120)
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def module_result(play) -> dict:
+    return dict(play.tasks())["Apply the profile with vgpu (check mode shows the plan)"]
+
+
+def test_provision_converges_then_changes_nothing_and_status_is_in_sync(run_play, tmp_path):
+    sim_dir = sim_host(tmp_path)
+    first = run_play(PLAYBOOKS / "provision.yml", provision_vars(sim_dir))
+    assert first.rc == 0 and first.ok, first.stderr[-3000:]
+    res = module_result(first)
+    assert res["changed"] and res["outcome"] == "applied" and res["exit_code"] == 0 and "rc" not in res
+    assert res["applied"] == [s["description"] for s in res["plan"]["steps"]]
+    assert first.changed_tasks() == ["Apply the profile with vgpu (check mode shows the plan)"]
+    assert status(sim_dir) == (0, status(sim_dir)[1]) and status(sim_dir)[1]["in_sync"]
+    assert status(sim_dir)[1]["profile"] == "mi300x-4vf"
+
+    before = tree_digest(sim_dir)
+    second = run_play(PLAYBOOKS / "provision.yml", provision_vars(sim_dir))
+    assert second.rc == 0 and second.ok
+    assert second.changed_tasks() == []  # idempotent: a second converge changes nothing
+    assert module_result(second)["outcome"] == "in-sync"
+    assert_unchanged(sim_dir, before)
+
+
+def test_check_mode_is_the_plan_shows_it_as_diff_and_changes_nothing(run_play, tmp_path):
+    sim_dir = sim_host(tmp_path)
+    before = tree_digest(sim_dir)
+    play = run_play(PLAYBOOKS / "provision.yml", provision_vars(sim_dir), check=True, diff=True)
+    assert play.rc == 0, [(n, r.get("msg")) for n, r in play.tasks() if r.get("failed")]
+    res = module_result(play)
+    assert res["changed"] and res["outcome"] == "planned" and res["exit_code"] == 3
+    prepared = res["diff"]["prepared"]
+    assert prepared.startswith("vgpu apply: mi300x-4vf on simulated 8xmi300x")
+    assert "reload gim with vf_num=4,4,4,4,4,4,4,4" in prepared
+    assert len(prepared.splitlines()) == 1 + len(res["plan"]["steps"])
+    assert_unchanged(sim_dir, before)
+    assert status(sim_dir)[1]["profile"] is None
+
+
+def test_refused_profile_fails_with_vgpus_sentences_and_changes_nothing(run_play, tmp_path):
+    sim_dir = sim_host(tmp_path, "8xmi300x-fw1")
+    before = tree_digest(sim_dir)
+    play = run_play(PLAYBOOKS / "provision.yml", provision_vars(sim_dir))
+    assert play.rc != 0
+    name, msg = play.failed()
+    assert name == "Apply the profile with vgpu (check mode shows the plan)"
+    assert "vgpu refused profile mi300x-4vf" in msg and "4 VFs exceed this PF's TotalVFs of 1" in msg
+    assert "multi-VF firmware bundle" in msg
+    res = module_result(play)
+    assert (res["rc"], res["exit_code_name"], len(res["problems"])) == (4, "REFUSED", 8)
+    assert_unchanged(sim_dir, before)
+
+
+def test_unknown_profile_fails_with_bad_input(run_play, tmp_path):
+    sim_dir = sim_host(tmp_path)
+    before = tree_digest(sim_dir)
+    play = run_play(PLAYBOOKS / "provision.yml", provision_vars(sim_dir, provision_profile="mi300x-5vf"))
+    _, msg = play.failed()
+    assert msg.startswith("vgpu exited 5 (BAD_INPUT): mi300x-5vf: no shipped profile")
+    assert module_result(play)["result"]["error"]["kind"] == "ProfileError"
+    assert_unchanged(sim_dir, before)
+
+
+def test_devices_held_by_a_running_vm_fail_with_in_use_and_release_gives_them_back(run_play, tmp_path):
+    sim_dir = sim_host(tmp_path)
+    subprocess.run([VGPU, "sim", "vm", "gpu-vm-00", "--sim-dir", str(sim_dir)], check=True, capture_output=True)
+    assert run_play(PLAYBOOKS / "provision.yml", provision_vars(sim_dir)).ok
+    from vgpu.hypervisor.sim import SimHypervisor
+    from vgpu.sim.host import ROOT_NAME
+    from vgpu.vms import sim_hypervisor_dir
+    SimHypervisor(sim_hypervisor_dir(sim_dir / ROOT_NAME)).set_state("gpu-vm-00", "running")
+    before = tree_digest(sim_dir)
+    play = run_play(PLAYBOOKS / "provision.yml", provision_vars(sim_dir, provision_profile="mi300x-8vf"))
+    _, msg = play.failed()
+    assert msg.startswith("vgpu exited 6 (IN_USE): ") and "gpu-vm-00" in msg
+    assert_unchanged(sim_dir, before)
+
+
+def test_release_state_returns_the_host_and_is_idempotent(run_play, tmp_path):
+    sim_dir = sim_host(tmp_path)
+    assert run_play(PLAYBOOKS / "provision.yml", provision_vars(sim_dir)).ok
+    released = run_play(PLAYBOOKS / "provision.yml", provision_vars(sim_dir, provision_state="released",
+                                                                      provision_profile=""))
+    assert released.ok and module_result(released)["outcome"] == "applied"
+    assert status(sim_dir)[1]["profile"] is None
+    again = run_play(PLAYBOOKS / "provision.yml", provision_vars(sim_dir, provision_state="released",
+                                                                   provision_profile=""))
+    assert again.ok and again.changed_tasks() == []
+
+
+def test_empty_profile_is_refused_before_vgpu_runs(run_play, tmp_path):
+    sim_dir = sim_host(tmp_path)
+    before = tree_digest(sim_dir)
+    play = run_play(PLAYBOOKS / "provision.yml", provision_vars(sim_dir, provision_profile=""))
+    assert play.failed() == ("Check a profile is named",
+                             "provision_profile is empty; name a shipped profile (vgpu profiles list) or a "
+                             "profile file")
+    assert_unchanged(sim_dir, before)
+
+
+@pytest.mark.parametrize("bad", [{"provision_force": "sometimes"}, {"provision_state": "gone"},
+                                 {"provision_install": "curl-pipe-bash"}])
+def test_argument_spec_refuses_wrong_types_and_choices(run_play, tmp_path, bad):
+    sim_dir = sim_host(tmp_path)
+    before = tree_digest(sim_dir)
+    play = run_play(PLAYBOOKS / "provision.yml", provision_vars(sim_dir, **bad))
+    name, msg = play.failed()
+    assert "Validating arguments against arg spec" in name
+    assert next(iter(bad)) in msg
+    assert_unchanged(sim_dir, before)
+
+
+def validate_vars(tmp_path: Path, **over) -> dict:
+    return {"vgpu_guests": "all", "validate_executable": VGPU, "validate_simulate": True,
+            "validate_sim_guests": 2, "validate_skip_workloads": True,
+            "validate_report_dir": str(tmp_path / "reports"), **over}
+
+
+def test_validate_playbook_passes_healthy_guests_and_publishes_the_junit_path(run_play, tmp_path):
+    play = run_play(PLAYBOOKS / "validate.yml", validate_vars(tmp_path))
+    assert play.rc == 0 and play.ok, play.stderr[-3000:]
+    stats = play.doc["global_custom_stats"]["vgpu_validation"]  # what AWX shows as the job's artifacts
+    assert stats["summary"]["passed"] == 2 and stats["summary"]["failed"] == 0
+    junit = Path(stats["reports"]["junit"])
+    assert junit == tmp_path / "reports" / "validation-report.junit.xml" and junit.read_text().startswith("<?xml")
+
+
+def test_validate_playbook_fails_the_play_on_a_failed_guest_and_keeps_the_junit(run_play, tmp_path):
+    play = run_play(PLAYBOOKS / "validate.yml", validate_vars(tmp_path, validate_sim_scenarios="healthy,no-rocm"))
+    assert play.rc != 0
+    name, msg = play.failed()
+    assert name == "Fail when the simulated guests did not all pass"
+    assert "1 failed" in msg and "validation-report.junit.xml" in msg
+    junit = (tmp_path / "reports" / "validation-report.junit.xml").read_text()
+    assert "<failure" in junit
+
+
+def test_validate_turns_the_plays_hosts_into_guests_and_fails_the_unreachable_one(run_play, tmp_path):
+    # Two guests as Ansible's inventory gives them: one on a closed port, one with a key file. Neither can be
+    # reached (nothing listens), so both fail in the play with vgpu's outcome, and the report names them.
+    key = tmp_path / "id_test"
+    key.write_text("not a key\n")
+    hosts = {"guest-a": {"ansible_host": "127.0.0.1", "ansible_port": 9, "ansible_user": "ops"},
+             "guest-b": {"ansible_host": "127.0.0.1", "ansible_port": "9", "ansible_ssh_private_key_file": str(key),
+                         "vgpu_guest_profile": "mi300x-1vf"}}
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    extra = validate_vars(tmp_path, validate_simulate=False, validate_profile="mi300x-4vf",
+                          validate_known_hosts=str(known), validate_connect_timeout=2)
+    play = run_play(PLAYBOOKS / "validate.yml", extra, hosts=hosts)
+    assert play.rc != 0
+    report = json.loads((tmp_path / "reports" / "validation-report.json").read_text())
+    guests = {g["name"]: g for g in report["guests"]}
+    assert set(guests) == {"guest-a", "guest-b"}
+    assert guests["guest-a"]["address"] == "127.0.0.1:9" and guests["guest-a"]["outcome"] == "unreachable"
+    assert guests["guest-b"]["expectation"]["profile"] == "mi300x-1vf"
+    for host in hosts:
+        name, msg = play.on(host).failed()
+        assert name == "Fail the guests whose validation did not pass"
+        assert msg.startswith(f"{host}: ") and "validation-report.junit.xml" in msg
