@@ -223,3 +223,45 @@ def test_validate_turns_the_plays_hosts_into_guests_and_fails_the_unreachable_on
         name, msg = play.on(host).failed()
         assert name == "Fail the guests whose validation did not pass"
         assert msg.startswith(f"{host}: ") and "validation-report.junit.xml" in msg
+
+
+@pytest.fixture(scope="module")
+def vgpu_wheel(tmp_path_factory) -> Path:
+    """vgpu's own wheel, built from this checkout (offline: the venv's setuptools, no build isolation)."""
+    out = tmp_path_factory.mktemp("wheel")
+    proc = subprocess.run([str(VENV_BIN / "python"), "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                           "-w", str(out), str(REPO)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (wheel,) = out.glob("vgpu-*.whl")
+    return wheel
+
+
+def test_wheel_install_copies_installs_by_version_and_is_idempotent(run_play, tmp_path, vgpu_wheel):
+    sim_dir = sim_host(tmp_path)
+    venv = tmp_path / "opt-vgpu"
+    # The air-gapped path: the wheel from the controller, pip --find-links; --no-deps because this machine's
+    # dependencies are not a site mirror. The profile is applied with the test venv's vgpu (which has them).
+    extra = provision_vars(sim_dir, provision_install="pip", provision_wheel=str(vgpu_wheel),
+                           provision_wheel_dir=str(tmp_path / "wheels"), provision_venv=str(venv),
+                           provision_pip_extra_args=["--no-deps"])
+    first = run_play(PLAYBOOKS / "provision.yml", extra)
+    assert first.ok, [(n, r.get("msg")) for n, r in first.tasks() if r.get("failed")]
+    assert {"Copy the vgpu wheel to the host", "Install vgpu into its virtualenv"} <= set(first.changed_tasks())
+    assert (tmp_path / "wheels" / vgpu_wheel.name).read_bytes() == vgpu_wheel.read_bytes()
+    show = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "show", "vgpu"], capture_output=True,
+                          text=True, timeout=120)
+    assert "Version: 0.1.0" in show.stdout
+    second = run_play(PLAYBOOKS / "provision.yml", extra)
+    assert second.ok and second.changed_tasks() == []
+
+
+def test_a_wheel_that_is_not_a_vgpu_wheel_is_refused_before_anything(run_play, tmp_path):
+    sim_dir = sim_host(tmp_path)
+    bogus = tmp_path / "evil.whl"
+    bogus.write_bytes(b"PK\x03\x04")
+    extra = provision_vars(sim_dir, provision_install="pip", provision_wheel=str(bogus),
+                           provision_wheel_dir=str(tmp_path / "wheels"), provision_venv=str(tmp_path / "venv"))
+    play = run_play(PLAYBOOKS / "provision.yml", extra)
+    name, msg = play.failed()
+    assert name == "Check the wheel's file name" and "not evil.whl" in msg
+    assert not (tmp_path / "wheels").exists() and not (tmp_path / "venv").exists()
