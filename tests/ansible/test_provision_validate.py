@@ -126,6 +126,17 @@ def test_unknown_profile_fails_with_bad_input(run_play, tmp_path):
     assert_unchanged(sim_dir, before)
 
 
+@pytest.mark.parametrize("profile", ["--force", "mi300x-4vf --force; $(touch /tmp/vgpu-pwned)"])
+def test_a_profile_that_looks_like_an_option_or_a_shell_is_only_ever_a_profile_name(run_play, tmp_path, profile):
+    sim_dir = sim_host(tmp_path)
+    before = tree_digest(sim_dir)
+    play = run_play(PLAYBOOKS / "provision.yml", provision_vars(sim_dir, provision_profile=profile))
+    _, msg = play.failed()
+    assert msg.startswith(f"vgpu exited 5 (BAD_INPUT): {profile}: "), msg
+    assert_unchanged(sim_dir, before)
+    assert not Path("/tmp/vgpu-pwned").exists()
+
+
 def test_devices_held_by_a_running_vm_fail_with_in_use_and_release_gives_them_back(run_play, tmp_path):
     sim_dir = sim_host(tmp_path)
     subprocess.run([VGPU, "sim", "vm", "gpu-vm-00", "--sim-dir", str(sim_dir)], check=True, capture_output=True)

@@ -146,7 +146,8 @@ SCHEMA = "vgpu.provision/v1"
 def command(module, executable):
     p = module.params
     if p["state"] == "provisioned":
-        argv = [executable, "provision", "--profile", p["profile"]]
+        # --opt=VALUE: a value that starts with "-" stays a value, never becomes an option
+        argv = [executable, "provision", f"--profile={p['profile']}"]
     else:
         argv = [executable, "release"]
     argv += ["--json", "--yes", "--lock-timeout", str(p["lock_timeout"])]
@@ -159,7 +160,7 @@ def command(module, executable):
     if p["simulate"]:
         argv.append("--simulate" + (f"={p['sim_machine']}" if p["sim_machine"] else ""))
         if p["sim_dir"]:
-            argv += ["--sim-dir", p["sim_dir"]]
+            argv.append(f"--sim-dir={p['sim_dir']}")
     return argv
 
 
