@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -239,9 +240,13 @@ def test_validate_turns_the_plays_hosts_into_guests_and_fails_the_unreachable_on
 @pytest.fixture(scope="module")
 def vgpu_wheel(tmp_path_factory) -> Path:
     """vgpu's own wheel, built from this checkout (offline: the venv's setuptools, no build isolation)."""
-    out = tmp_path_factory.mktemp("wheel")
+    out, src = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("src")
+    # built from a copy: setuptools writes build/ and *.egg-info beside the sources, never into the checkout
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    shutil.copytree(REPO / "vgpu", src / "vgpu", ignore=shutil.ignore_patterns("__pycache__"))
     proc = subprocess.run([str(VENV_BIN / "python"), "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                           "-w", str(out), str(REPO)], capture_output=True, text=True, timeout=300)
+                           "-w", str(out), str(src)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (wheel,) = out.glob("vgpu-*.whl")
     return wheel
