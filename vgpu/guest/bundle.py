@@ -10,10 +10,10 @@ timestamp and fixed permissions, so the same source gives the same checksum on e
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 import zipfile
 from pathlib import Path
+
+from vgpu.fsutil import atomic_write
 
 AGENT_NAME = "vgpu-agent.pyz"
 SHEBANG = b"#!/usr/bin/env python3\n"
@@ -62,13 +62,5 @@ def build_agent(dest_dir: Path) -> Path:
     dest_dir = Path(dest_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)
     target = dest_dir / AGENT_NAME
-    fd, tmp = tempfile.mkstemp(prefix=".vgpu-agent-", dir=dest_dir)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(build_bytes())
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(target, build_bytes(), 0o755)
     return target

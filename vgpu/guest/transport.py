@@ -31,6 +31,7 @@ from typing import Protocol
 import paramiko
 
 from vgpu.guest.report.model import Outcome
+from vgpu.fsutil import atomic_write
 from vgpu.inputs import LIMITS, read_text
 
 # paramiko logs handshake failures with tracebacks; without a handler Python would print them on
@@ -161,17 +162,7 @@ class KnownHosts:
             if old and not old.endswith("\n"):
                 old += "\n"
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd, tmp = tempfile.mkstemp(prefix=".known_hosts.", dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "w") as f:
-                    f.write(old + line)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.chmod(tmp, 0o600)
-                os.replace(tmp, self.path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            atomic_write(self.path, old + line, 0o600)
             self.added.append(hostname)
 
 

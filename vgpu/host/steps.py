@@ -22,8 +22,8 @@ from vgpu.model.pci import PciAddress
 from vgpu.model.plan import (AttachFunctions, BindDevice, DetachFunctions, BindVfs, InstallPersistence, ReloadGim,
                              SetMemoryPartition, Step, UnbindDevice, WriteFile)
 from vgpu.persist import STATE_RECORD, UNIT_LINK, UNIT_LINK_TARGET, UNIT_PATH
+from vgpu.planner import GIM_CONFIG
 
-GIM_CONFIG = "gim_config"
 
 
 @dataclass
