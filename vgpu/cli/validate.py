@@ -106,16 +106,13 @@ def _remote(guests, inventory, limit, profile, known_hosts, accept_new, identity
 
 
 def _read_targets(guests: Path | None, inventory: Path | None, limit: str | None):
-    from vgpu.guest.targets import parse_ansible_inventory, parse_guests_file
-
+    from vgpu.guest.targets import parse_guests_file, targets_from_inventory
     from vgpu.inputs import read_text
 
-    path = guests or inventory
-    text = read_text(path, "guests file" if guests else "inventory")
-    base = path.resolve().parent
-    if guests:
-        return parse_guests_file(text, source=str(path), base_dir=base)
-    return parse_ansible_inventory(text, source=str(path), base_dir=base, limit=limit)
+    if inventory:
+        return targets_from_inventory(inventory, limit=limit)
+    text = read_text(guests, "guests file")
+    return parse_guests_file(text, source=str(guests), base_dir=guests.resolve().parent)
 
 
 def _simulated(count, inventory, profile, replay_dir, scenarios, skip_workloads, tmp: Path):
