@@ -56,6 +56,8 @@ class Inventory:
     hostvars: dict[str, dict[str, Any]]
     groups: dict[str, list[str]]
     host_level: dict[str, set[str]] = field(default_factory=dict)
+    text: str = ""  # the checked bytes Ansible parsed: a playbook run stages exactly these (stage())
+    path: Path | None = None
 
     @property
     def hosts(self) -> list[str]:
@@ -72,6 +74,7 @@ def read_inventory(path: Path | str, *, limit: str | None = None, host_level: bo
     precheck(text, source=source, is_yaml=is_yaml)
     data = _ansible_inventory(text, path, limit, export=False)
     inv = _from_list(data, source)
+    inv.text, inv.path = text, path
     if not inv.hostvars:
         raise InputError(f"inventory {source}: no hosts" + (f" match --limit {limit}" if limit else ""),
                          hint="Ansible's patterns: a group, a host, comma-separated, :! to exclude")
@@ -187,14 +190,7 @@ def _ansible_inventory(text: str, path: Path, limit: str | None, *, export: bool
     with tempfile.TemporaryDirectory(prefix="vgpu-inventory-") as tmp:
         home = Path(tmp)
         (home / "ansible.cfg").write_text("[defaults]\n")
-        copy = home / ("inventory" + (path.suffix.lower() if path.suffix.lower() in YAML_SUFFIXES else ".ini"))
-        fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        for d in ("group_vars", "host_vars"):  # Ansible reads these beside the inventory file
-            beside = path.parent / d
-            if beside.is_dir():
-                (home / d).symlink_to(beside.resolve())
+        copy = stage(text, path, home)
         env = clean_env(home)
         plugin = "yaml" if copy.suffix in YAML_SUFFIXES else "ini"  # one plugin: its reason is the reason
         env.update(ANSIBLE_INVENTORY_ENABLED=plugin, ANSIBLE_INVENTORY_UNPARSED_FAILED="1",
@@ -214,6 +210,20 @@ def _ansible_inventory(text: str, path: Path, limit: str | None, *, export: bool
     if not isinstance(data, dict):
         raise InputError(f"inventory {source}: ansible-inventory printed no inventory")
     return data
+
+
+def stage(text: str, path: Path, dest: Path) -> Path:
+    """Write the checked inventory text as a private 0600 file in ``dest`` (named so Ansible picks the
+    same plugin as for ``path``), with ``path``'s group_vars/ and host_vars/ linked beside it."""
+    copy = dest / ("inventory" + (path.suffix.lower() if path.suffix.lower() in YAML_SUFFIXES else ".ini"))
+    fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    for d in ("group_vars", "host_vars"):  # Ansible reads these beside the inventory file
+        beside = path.parent / d
+        if beside.is_dir():
+            (dest / d).symlink_to(beside.resolve())
+    return copy
 
 
 def _run(argv: list[str], env: dict[str, str], cwd: Path, source: str) -> tuple[str, str, int]:

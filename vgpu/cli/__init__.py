@@ -28,6 +28,7 @@ COMMANDS: dict[str, str] = {
     "export": "vgpu.cli.plan:export",
     "validate": "vgpu.cli.validate:validate",
     "report": "vgpu.cli.validate:report",
+    "playbook": "vgpu.cli.playbook:playbook",
 }
 
 

@@ -1,0 +1,152 @@
+"""`vgpu playbook run`: the shipped playbooks through the real ansible-runner and ansible-playbook, with the
+inventory checked by the one inventory reader first; typed per-host results, --json, exit codes, secrets."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from conftest import REPO, VENV_BIN
+
+VGPU = str(VENV_BIN / "vgpu")
+SCHEMA = json.loads((REPO / "vgpu" / "schemas" / "playbook-run-v1.json").read_text())
+
+
+def local_host() -> dict:
+    return {"ansible_connection": "local", "ansible_python_interpreter": str(VENV_BIN / "python")}
+
+
+def inventory(tmp_path: Path, groups: dict) -> Path:
+    path = tmp_path / "inventory.yml"
+    path.write_text(yaml.safe_dump({name: {"hosts": hosts} for name, hosts in groups.items()}))
+    return path
+
+
+def vgpu(*args, cwd: Path, timeout: float = 300, **popen) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(NO_COLOR="1", COLUMNS="200")
+    return subprocess.run([VGPU, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def sim_vars(tmp_path: Path) -> list[str]:
+    sim_dir = tmp_path / "sim"
+    subprocess.run([VGPU, "sim", "reset", "--sim-dir", str(sim_dir)], check=True, capture_output=True, timeout=120)
+    return ["-e", "ansible_become=false", "-e", "provision_install=none", "-e", f"provision_executable={VGPU}",
+            "-e", "provision_simulate=true", "-e", f"provision_sim_dir={sim_dir}", "-e", "vgpu_serial=[1]"]
+
+
+def test_list_names_every_shipped_playbook(tmp_path):
+    proc = vgpu("playbook", "list", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    for book in (REPO / "playbooks").glob("*.yml"):
+        assert book.stem in proc.stdout
+
+
+def test_provision_runs_then_is_idempotent_with_typed_json_per_host(tmp_path):
+    inv = inventory(tmp_path, {"gim_hosts": {"kvm-a": local_host()}})
+    extra = sim_vars(tmp_path) + ["-e", "provision_profile=mi300x-4vf"]
+    first = vgpu("playbook", "run", "provision", "-i", str(inv), *extra, "--json", cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    doc = json.loads(first.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    (host,) = doc["hosts"]
+    assert (host["host"], host["status"], host["changed"], host["failed_task"]) == ("kvm-a", "changed", 1, None)
+    assert doc["status"] == "successful" and doc["exit_code"] == 0
+    second = json.loads(vgpu("playbook", "run", "provision", "-i", str(inv), *extra, "--json", cwd=tmp_path).stdout)
+    assert [(h["status"], h["changed"]) for h in second["hosts"]] == [("ok", 0)]
+
+
+def test_failed_and_unreachable_hosts_with_the_failing_task_and_exit_codes(tmp_path):
+    closed = {"ansible_host": "127.0.0.1", "ansible_port": 9, "ansible_connection": "ssh",
+              "ansible_ssh_common_args": "-o ConnectTimeout=3 -o StrictHostKeyChecking=yes"}
+    inv = inventory(tmp_path, {"gim_hosts": {"kvm-ok": local_host(), "kvm-gone": closed}})
+    extra = sim_vars(tmp_path) + ["-e", "provision_profile=mi300x-5vf"]  # no such profile: fails on kvm-ok
+    proc = vgpu("playbook", "run", "provision", "-i", str(inv), *extra, "-e", "vgpu_serial=2", "--json",
+                cwd=tmp_path)
+    assert proc.returncode == 9, proc.stdout + proc.stderr  # unreachable outranks failed
+    doc = json.loads(proc.stdout)
+    jsonschema.validate(doc, SCHEMA)
+    hosts = {h["host"]: h for h in doc["hosts"]}
+    assert hosts["kvm-gone"]["status"] == "unreachable" and hosts["kvm-gone"]["message"]
+    assert hosts["kvm-ok"]["status"] == "failed"
+    assert hosts["kvm-ok"]["failed_task"].endswith("Apply the profile with vgpu (check mode shows the plan)")
+    assert hosts["kvm-ok"]["message"].startswith("vgpu exited 5 (BAD_INPUT): mi300x-5vf")
+
+
+def test_a_failed_host_alone_exits_8_and_the_table_names_it(tmp_path):
+    inv = inventory(tmp_path, {"gim_hosts": {"kvm-ok": local_host()}})
+    proc = vgpu("playbook", "run", "provision", "-i", str(inv), *sim_vars(tmp_path), "-e",
+                "provision_profile=mi300x-5vf", cwd=tmp_path)
+    assert proc.returncode == 8, proc.stdout + proc.stderr
+    assert "kvm-ok" in proc.stdout and "failed" in proc.stdout and "BAD_INPUT" in proc.stdout
+    assert "kvm-ok: failed" in proc.stderr  # the plain progress lines (stderr is not a terminal here)
+
+
+def test_check_mode_runs_the_plan_and_secrets_never_reach_the_json(tmp_path):
+    inv = inventory(tmp_path, {"gim_hosts": {"kvm-a": local_host()}})
+    proc = vgpu("playbook", "run", "provision", "-i", str(inv), *sim_vars(tmp_path), "-e",
+                "provision_profile=mi300x-4vf", "-e", "vault_password=hunter2", "-e", "api_token=s3cr3t", "--check",
+                "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["check"] and doc["hosts"][0]["status"] == "changed"
+    assert doc["extra_vars"]["vault_password"] == "<redacted>" and doc["extra_vars"]["api_token"] == "<redacted>"
+    assert "hunter2" not in proc.stdout + proc.stderr and "s3cr3t" not in proc.stdout + proc.stderr
+    status = subprocess.run([VGPU, "status", "--json", "--simulate", "--sim-dir", str(tmp_path / "sim")],
+                            capture_output=True, text=True, timeout=120)
+    assert json.loads(status.stdout)["profile"] is None  # check mode changed nothing
+
+
+@pytest.mark.parametrize("case", ["unknown playbook", "bad inventory", "executable inventory", "bad extra var",
+                                  "limit matches nothing"])
+def test_refusals_before_anything_runs(tmp_path, case):
+    inv = inventory(tmp_path, {"gim_hosts": {"kvm-a": local_host()}})
+    marker = tmp_path / "ran"
+    args = {"unknown playbook": ["../../etc/passwd", "-i", str(inv)],
+            "bad inventory": ["provision", "-i", str(tmp_path / "inv.ini")],
+            "executable inventory": ["provision", "-i", str(tmp_path / "hosts")],
+            "bad extra var": ["provision", "-i", str(inv), "-e", "not a name=1"],
+            "limit matches nothing": ["provision", "-i", str(inv), "--limit", "nope"]}[case]
+    (tmp_path / "inv.ini").write_text("[g]\nvm[0:99999999]\n")
+    script = tmp_path / "hosts"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\necho '{{}}'\n")
+    script.chmod(0o755)
+    proc = vgpu("playbook", "run", *args, cwd=tmp_path)
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    assert not marker.exists()
+    assert not (tmp_path / "sim").exists()
+
+
+def test_sigterm_stops_ansible_and_exits_143(tmp_path):
+    inv = inventory(tmp_path, {"gpu_guests": {"g": local_host()}})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    # validate on simulated guests with the slow scenario: long enough to be interrupted mid-play
+    proc = subprocess.Popen([VGPU, "playbook", "run", "validate", "-i", str(inv), "-e", "validate_simulate=true",
+                             "-e", f"validate_executable={VGPU}", "-e", "validate_sim_scenarios=slow",
+                             "-e", f"validate_report_dir={tmp_path / 'reports'}"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)  # ansible-playbook is running the role by now (the slow guests take longer than this)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, out + err
+    assert "interrupted by SIGTERM" in err
+    assert not _ansible_playbook_left(), "ansible-playbook outlived vgpu"
+
+
+def _ansible_playbook_left(wait: float = 10.0) -> str:
+    """ansible-playbook processes of a vgpu run still alive after ``wait`` s (workers take a moment to exit)."""
+    deadline = time.monotonic() + wait
+    while True:
+        left = subprocess.run(["pgrep", "-f", "ansible-playbook.*vgpu-playbook-"], capture_output=True, text=True)
+        if not left.stdout or time.monotonic() > deadline:
+            return left.stdout
+        time.sleep(0.2)

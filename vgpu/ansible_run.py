@@ -1,0 +1,284 @@
+"""Run the collection's playbooks through ansible-runner, for operators working from the CLI.
+
+`vgpu playbook run NAME --inventory FILE` checks the inventory with vgpu's one inventory reader
+(vgpu.ansible_inventory) before anything runs, stages exactly those bytes for ansible-runner, follows
+the run through runner events (a callback per event, for the live display) and ends with a typed
+result per host: ok, changed, failed or unreachable, with the failing task and its message.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vgpu.ansible_inventory import Inventory, ansible_tool, read_inventory, stage
+from vgpu.errors import ExitCode, InputError, InterruptedRun, VgpuError
+
+SCHEMA = "vgpu.playbook-run/v1"
+_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_SECRET = re.compile(r"pass|secret|token|key|credential", re.I)
+REDACTED = "<redacted>"
+
+
+def content_dir() -> Path:
+    """Where the playbooks/ and collections/ vgpu runs live: VGPU_ANSIBLE_DIR, else the checkout
+    vgpu runs from (the repository root holds playbooks/, collections/ and ansible.cfg)."""
+    env = os.environ.get("VGPU_ANSIBLE_DIR")
+    root = Path(env) if env else Path(__file__).resolve().parents[1]
+    if not (root / "playbooks").is_dir() or not (root / "collections").is_dir():
+        raise VgpuError(f"no playbooks/ and collections/ under {root}",
+                        hint="run vgpu from its repository checkout, or set VGPU_ANSIBLE_DIR to a copy of it")
+    return root
+
+
+def playbooks(root: Path | None = None) -> dict[str, Path]:
+    """The shipped playbooks by name (file name without .yml)."""
+    root = root or content_dir()
+    return {p.stem: p for p in sorted((root / "playbooks").glob("*.yml"))}
+
+
+def first_comment(path: Path) -> str:
+    """A playbook's purpose: its first comment line."""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            return line.lstrip("# ").strip()
+    return ""
+
+
+def parse_extra_vars(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """KEY=VALUE pairs; VALUE is read as YAML when it is a boolean, a number or a flow list of scalars
+    (``true``, ``4``, ``[1, "50%"]``), anything else is a string, as ``-e '{"KEY": VALUE}'`` would give
+    it, so role variables typed bool, int or list take them."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not _KEY.match(key):
+            raise InputError(f"--extra-vars {item.split('=')[0][:60]!r}: expected KEY=VALUE with KEY a variable "
+                             "name (letters, digits, _)")
+        try:
+            scalar = yaml.safe_load(value) if len(value) < 256 else value
+        except yaml.YAMLError:
+            scalar = value
+        plain = (bool, int, float, str)
+        typed = isinstance(scalar, (bool, int, float)) or (
+            isinstance(scalar, list) and len(scalar) <= 64 and all(isinstance(x, plain) for x in scalar))
+        out[key] = scalar if typed and value.strip() == value else value
+    return out
+
+
+def redact(extra: dict[str, Any]) -> dict[str, Any]:
+    return {k: (REDACTED if _SECRET.search(k) else v) for k, v in extra.items()}
+
+
+@dataclass
+class HostResult:
+    host: str
+    status: str = "ok"  # ok | changed | failed | unreachable
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    task: str | None = None  # the task running now, then the failing one
+    failed_task: str | None = None
+    message: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "status": self.status, "ok": self.ok, "changed": self.changed,
+                "failed": self.failed, "unreachable": self.unreachable, "skipped": self.skipped,
+                "failed_task": self.failed_task, "message": self.message}
+
+
+@dataclass
+class RunResult:
+    playbook: str
+    inventory: str
+    limit: str | None
+    check: bool
+    extra_vars: dict[str, Any]
+    status: str  # ansible-runner's: successful, failed, timeout, canceled
+    rc: int
+    hosts: list[HostResult] = field(default_factory=list)
+    error: str | None = None  # a failure no host explains (a syntax error, no host matched)
+
+    @property
+    def exit_code(self) -> int:
+        if any(h.status == "unreachable" for h in self.hosts):
+            return ExitCode.REMOTE
+        if any(h.status == "failed" for h in self.hosts):
+            return ExitCode.APPLY_FAILED
+        return ExitCode.OK if self.rc == 0 else ExitCode.FAILURE
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "playbook": self.playbook, "inventory": self.inventory, "limit": self.limit,
+                "check": self.check, "extra_vars": redact(self.extra_vars), "status": self.status,
+                "ansible_rc": self.rc, "exit_code": int(self.exit_code), "error": self.error,
+                "hosts": [h.to_dict() for h in self.hosts]}
+
+
+class Tracker:
+    """Turns runner events into per-host results; ``on_change(tracker)`` after each that matters."""
+
+    def __init__(self, on_change: Callable[["Tracker"], None] | None = None):
+        self.hosts: dict[str, HostResult] = {}
+        self.task: str | None = None
+        self.stats: dict[str, dict[str, int]] | None = None
+        self.on_change = on_change
+        self.lines: list[str] = []  # what ansible printed that no host explains (warnings, errors)
+
+    def host(self, name: str) -> HostResult:
+        return self.hosts.setdefault(name, HostResult(name))
+
+    def __call__(self, event: dict) -> bool:
+        kind, data = event.get("event", ""), event.get("event_data") or {}
+        name = data.get("host")
+        if kind == "playbook_on_task_start":
+            self.task = data.get("task") or data.get("name")
+        elif kind == "runner_on_start" and name:
+            self.host(name).task = data.get("task")
+        elif kind in ("runner_on_ok", "runner_item_on_ok") and name and kind == "runner_on_ok":
+            h = self.host(name)
+            h.ok += 1
+            if (data.get("res") or {}).get("changed"):
+                h.changed += 1
+        elif kind == "runner_on_skipped" and name:
+            self.host(name).skipped += 1
+        elif kind == "runner_on_failed" and name and not data.get("ignore_errors"):
+            h = self.host(name)
+            h.failed += 1
+            h.failed_task = data.get("task")
+            h.message = _message(data.get("res") or {})
+        elif kind == "runner_on_unreachable" and name:
+            h = self.host(name)
+            h.unreachable += 1
+            h.failed_task = data.get("task")
+            h.message = _message(data.get("res") or {})
+        elif kind == "playbook_on_stats":
+            self.stats = {k: dict(data.get(k) or {}) for k in ("ok", "changed", "failures", "dark", "skipped")}
+        elif kind == "verbose" and event.get("stdout"):
+            self.lines.append(str(event["stdout"]))
+        else:
+            return True
+        if self.on_change is not None:
+            self.on_change(self)
+        return True
+
+    def results(self) -> list[HostResult]:
+        for h in self.hosts.values():
+            h.status = ("unreachable" if h.unreachable else "failed" if h.failed else
+                        "changed" if h.changed else "ok")
+        return sorted(self.hosts.values(), key=lambda h: h.host)
+
+
+def _message(res: dict) -> str:
+    msg = res.get("msg") or res.get("stderr") or res.get("module_stderr") or ""
+    if not msg and isinstance(res.get("results"), list):
+        msg = next((r.get("msg", "") for r in res["results"] if isinstance(r, dict) and r.get("failed")), "")
+    return " ".join(str(msg).split())[:2000]
+
+
+def run_playbook(name: str, inventory_path: Path, *, limit: str | None = None, extra_vars: dict[str, Any] | None = None,
+                 check: bool = False, diff: bool = False, on_change: Callable[[Tracker], None] | None = None
+                 ) -> RunResult:
+    """Run the shipped playbook ``name`` on the inventory; raises InputError before anything runs for an
+    unknown playbook or a bad inventory, InterruptedRun (130/143) when SIGINT/SIGTERM stopped the run."""
+    root = content_dir()
+    books = playbooks(root)
+    if name.endswith(".yml"):
+        name = name[:-4]
+    if name not in books:
+        raise InputError(f"no playbook {name!r}; shipped: {', '.join(books)}", hint="vgpu playbook list")
+    inv = read_inventory(inventory_path, limit=limit)  # refused here, before ansible-playbook starts
+    ansible_tool("ansible-playbook")
+    import ansible_runner
+
+    tracker = Tracker(on_change)
+    stop = _StopOnSignal()
+    with tempfile.TemporaryDirectory(prefix="vgpu-playbook-") as tmp, stop:
+        pdd = Path(tmp)
+        (pdd / "inventory").mkdir()
+        staged = stage(inv.text, Path(inventory_path), pdd / "inventory")
+        bin_dir = str(Path(sys.executable).parent)
+        envvars = {
+            "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
+            "ANSIBLE_COLLECTIONS_PATH": f"{root / 'collections'}:{root / '.cache' / 'collections'}",
+            "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+            "ANSIBLE_NOCOLOR": "1",
+        }
+        flags = (["--check"] if check else []) + (["--diff"] if diff else [])
+        runner = ansible_runner.run(private_data_dir=str(pdd), project_dir=str(root / "playbooks"),
+                                    playbook=books[name].name, inventory=str(staged), limit=limit,
+                                    extravars=dict(extra_vars or {}), envvars=envvars, quiet=True,
+                                    cmdline=" ".join(flags) or None, event_handler=tracker,
+                                    cancel_callback=stop.requested, settings={"suppress_ansible_output": True})
+        error = _runner_error(runner, tracker.lines) if runner.rc else None  # before its artifacts go
+    if stop.signum is not None:
+        raise InterruptedRun(f"interrupted by {signal.Signals(stop.signum).name}: ansible-playbook was stopped; "
+                             "hosts may be part-way through their tasks (the roles are idempotent: run again)",
+                             stop.signum)
+    result = RunResult(playbook=name, inventory=str(inventory_path), limit=limit, check=check,
+                       extra_vars=dict(extra_vars or {}), status=str(runner.status), rc=int(runner.rc or 0),
+                       hosts=_with_every_host(tracker.results(), inv, tracker.stats))
+    if result.rc != 0 and not any(h.status in ("failed", "unreachable") for h in result.hosts):
+        result.error = error or f"ansible-playbook exited {result.rc}"
+    return result
+
+
+def _with_every_host(results: list[HostResult], inv: Inventory, stats) -> list[HostResult]:
+    """Hosts the play never reached (not matched by the playbook's hosts:) are left out; counts come from
+    Ansible's final stats where it sent them."""
+    if stats:
+        for h in results:
+            h.ok = stats["ok"].get(h.host, h.ok)
+            h.changed = stats["changed"].get(h.host, h.changed)
+            h.skipped = stats["skipped"].get(h.host, h.skipped)
+            h.status = ("unreachable" if h.unreachable or stats["dark"].get(h.host) else
+                        "failed" if h.failed or stats["failures"].get(h.host) else
+                        "changed" if h.changed else "ok")
+    return results
+
+
+def _runner_error(runner, lines: list[str]) -> str:
+    """Ansible's own reason for a run that failed before any host did (ERROR lines of its output)."""
+    text = "\n".join(lines)
+    try:
+        text += "\n" + runner.stdout.read()
+    except (OSError, AttributeError):
+        pass
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("[ERROR]") or ln.startswith("ERROR!")]
+    return " ".join((errors or lines[-1:]))[:600]
+
+
+class _StopOnSignal:
+    """SIGINT/SIGTERM ask ansible-runner to cancel (it stops ansible-playbook); remembered for the exit code."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def _handler(self, signum, _frame) -> None:
+        if self.signum is None:
+            self.signum = signum
+
+    def __enter__(self) -> "_StopOnSignal":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, old in self._previous.items():
+            signal.signal(s, old)

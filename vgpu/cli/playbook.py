@@ -1,0 +1,120 @@
+"""`vgpu playbook list` and `vgpu playbook run`: the vgpu.instinct playbooks through ansible-runner."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from vgpu.errors import ExitCode
+
+STYLES = {"ok": "green", "changed": "yellow", "failed": "bold red", "unreachable": "bold red"}
+
+
+@click.group()
+def playbook() -> None:
+    """Run the collection's playbooks (prepare hosts, provision, guest stack, validate) with live progress."""
+
+
+@playbook.command("list")
+def list_playbooks() -> None:
+    """The shipped playbooks and what each does."""
+    from vgpu.ansible_run import first_comment, playbooks
+    from vgpu.cli.render import add_row, console, table
+
+    rows = table("Playbooks (vgpu playbook run NAME --inventory FILE)", ("name", "what it does"))
+    for name, path in playbooks().items():
+        add_row(rows, name, first_comment(path))
+    console().print(rows)
+
+
+@playbook.command("run")
+@click.argument("name")
+@click.option("-i", "--inventory", required=True, type=click.Path(path_type=Path),
+              help="Ansible inventory (INI or YAML), read by Ansible; checked before anything runs.")
+@click.option("-l", "--limit", metavar="PATTERN", help="Ansible host pattern (a group, hosts, :!excluded).")
+@click.option("-e", "--extra-vars", "extra", multiple=True, metavar="KEY=VALUE",
+              help="A variable for the play (repeatable); values are strings.")
+@click.option("--check", is_flag=True, help="Ansible's check mode: what would change (provision: vgpu's plan).")
+@click.option("--diff", is_flag=True, help="Show what changes (provision: the plan's steps).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (schema vgpu.playbook-run/v1).")
+def run(name, inventory, limit, extra, check, diff, as_json) -> int:
+    """Run playbook NAME over an inventory: live progress per host, then each host's result.
+
+    Exit 0: every host ok or changed; 8: a host failed; 9: a host was unreachable; 5: bad inventory or
+    variables (nothing ran); 130/143: interrupted.
+    """
+    from vgpu.ansible_run import parse_extra_vars, run_playbook
+
+    extra_vars = parse_extra_vars(extra)
+    with _Live(enabled=sys.stderr.isatty()) as live:
+        result = run_playbook(name, inventory, limit=limit, extra_vars=extra_vars, check=check, diff=diff,
+                              on_change=live.update)
+    if as_json:
+        from vgpu.cli.render import print_json
+        print_json(result.to_dict())
+    else:
+        _show(result)
+    from vgpu.cli.render import safe
+    if result.error:
+        click.echo(f"error: {safe(result.error, markup=False)}", err=True)
+    elif not result.hosts:
+        click.echo(f"warning: no host of {safe(inventory, markup=False)} is in the hosts playbook {safe(name, markup=False)}"
+                   " runs on (see its hosts: line and the variable that overrides it, docs/ansible.md)", err=True)
+    return result.exit_code
+
+
+class _Live:
+    """Per-host progress on stderr: a live rich table on a terminal, one line per host result otherwise."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self._live = None
+        self._seen: dict[str, tuple] = {}
+
+    def __enter__(self) -> "_Live":
+        if self.enabled:
+            from rich.live import Live
+
+            from vgpu.cli.render import console
+            self._live = Live(console=console(err=True), transient=True, refresh_per_second=8)
+            self._live.start()
+        return self
+
+    def update(self, tracker) -> None:
+        from vgpu.cli.render import add_row, cell, console, safe, table
+
+        if self._live is not None:
+            rows = table(f"task: {tracker.task or '-'}", ("host", "ok", "changed", "failed", "unreachable", "now"))
+            for h in sorted(tracker.hosts.values(), key=lambda h: h.host):
+                add_row(rows, h.host, h.ok, h.changed, cell(h.failed, "red" if h.failed else None),
+                        cell(h.unreachable, "red" if h.unreachable else None), h.task)
+            self._live.update(rows)
+            return
+        for h in tracker.hosts.values():  # plain: a line whenever a host's counts change
+            key = (h.ok, h.changed, h.failed, h.unreachable)
+            if self._seen.get(h.host) != key:
+                self._seen[h.host] = key
+                state = "unreachable" if h.unreachable else "failed" if h.failed else "ok"
+                console(err=True).print(f"{safe(h.host)}: {state} ok={h.ok} changed={h.changed} "
+                                        f"task: {safe(tracker.task)}")
+
+    def __exit__(self, *exc) -> None:
+        if self._live is not None:
+            self._live.stop()
+
+
+def _show(result) -> None:
+    from vgpu.cli.render import add_row, cell, console, safe, table
+
+    title = f"{result.playbook} on {result.inventory}" + (" (check mode)" if result.check else "")
+    rows = table(title, ("host", "result", "ok", "changed", "skipped", "failed task", "message"))
+    for h in result.hosts:
+        add_row(rows, h.host, cell(h.status, STYLES.get(h.status)), h.ok, h.changed, h.skipped, h.failed_task,
+                h.message)
+    out = console()
+    out.print(rows)
+    counts = {s: sum(h.status == s for h in result.hosts) for s in STYLES}
+    verdict = "[green]all hosts ok[/]" if result.exit_code == ExitCode.OK else "[bold red]not all hosts ok[/]"
+    out.print(f"{verdict}: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + f" ({safe(result.status)})")
