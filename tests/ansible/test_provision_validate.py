@@ -223,7 +223,7 @@ def test_validate_turns_the_plays_hosts_into_guests_and_fails_the_unreachable_on
     known = tmp_path / "known_hosts"
     known.write_text("")
     extra = validate_vars(tmp_path, validate_simulate=False, validate_profile="mi300x-4vf",
-                          validate_known_hosts=str(known), validate_connect_timeout=2)
+                          validate_known_hosts=str(known), validate_connect_timeout=2, validate_user="fallback")
     play = run_play(PLAYBOOKS / "validate.yml", extra, hosts=hosts)
     assert play.rc != 0
     report = json.loads((tmp_path / "reports" / "validation-report.json").read_text())
@@ -231,6 +231,7 @@ def test_validate_turns_the_plays_hosts_into_guests_and_fails_the_unreachable_on
     assert set(guests) == {"guest-a", "guest-b"}
     assert guests["guest-a"]["address"] == "127.0.0.1:9" and guests["guest-a"]["outcome"] == "unreachable"
     assert guests["guest-b"]["expectation"]["profile"] == "mi300x-1vf"
+    assert "ops@" not in guests["guest-a"]["address"]  # reports never carry users or credentials
     for host in hosts:
         name, msg = play.on(host).failed()
         assert name == "Fail the guests whose validation did not pass"
