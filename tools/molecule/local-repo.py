@@ -9,13 +9,16 @@ Layout, as repo.radeon.com lays it out (the roles' default URL rules apply uncha
   amdgpu/30.10.1/ubuntu  dists/noble   amdgpu-dkms           (the decoupled driver)
   rocm/apt/7.0.1         dists/noble   rocm                  (the ROCm 7.0.1 user stack)
   graphics/7.0.1/ubuntu  dists/noble   (empty)
-  debian                 dists/bookworm  dkms, linux-headers-<kernel>, linux-modules-extra-<kernel>
-                                        (the site's distribution mirror: headers for the RUNNING kernel)
+  debian                 dists/bookworm  dkms, linux-headers-<kernel>, linux-modules-extra-<kernel>, build
+                                        prerequisites, grub2-common (the site's distribution mirror)
+  releases/download/mainline/8.5.0.K   gim-dkms_8.5.0.K_all.deb (GIM's release asset; URL .../mainline%2F8.5.0.K/...)
 The packages are built here with dpkg-deb; their maintainer scripts do what the real ones do: amdgpu-dkms
 registers, builds and installs its module with dkms for the running kernel, rocm installs /opt/rocm-7.0.1 with
 .info/version. `dkms` is a stand-in too (Debian's real one pulls a compiler and builds nothing here): it keeps
 the same tree (/var/lib/dkms/<module>/<version>/<kernel>/<arch>, build/make.log, /lib/modules/<kernel>/updates/dkms)
-and prints `dkms status` in the real format, `amdgpu/6.14.14, <kernel>, x86_64: installed`.
+and prints `dkms status` in the real format, `amdgpu/6.14.14, <kernel>, x86_64: installed`. grub2-common's
+update-grub is a stand-in as well: it computes the next boot's kernel command line from /etc/default/grub(.d),
+and a boot unit binds it over /proc/cmdline, so kernel arguments take effect after a reboot, not before.
 Every Release file is signed (InRelease and Release.gpg) with a throw-away key made for this repository.
 """
 from __future__ import annotations
@@ -32,6 +35,35 @@ from pathlib import Path
 ORIGIN = "vgpu test mirror"
 DRIVER, DRIVER_MODULE_VERSION = "30.10.1", "6.14.14"
 ROCM = "7.0.1"
+GIM = "8.5.0.K"
+
+UPDATE_GRUB = r"""#!/bin/sh
+# vgpu test stand-in for update-grub: works out the next boot's kernel command line as grub-mkconfig
+# would (/etc/default/grub, then /etc/default/grub.d/*.cfg); vgpu-test-cmdline.service hands it to the
+# container at boot, as a boot loader hands it to a kernel. Arguments take effect only after a reboot.
+set -e
+GRUB_CMDLINE_LINUX=""
+GRUB_CMDLINE_LINUX_DEFAULT="quiet"
+[ -f /etc/default/grub ] && . /etc/default/grub
+for f in /etc/default/grub.d/*.cfg; do [ -f "$f" ] && . "$f"; done
+mkdir -p /boot/grub
+echo "BOOT_IMAGE=/boot/vmlinuz-$(uname -r) root=/dev/vda1 ro $GRUB_CMDLINE_LINUX $GRUB_CMDLINE_LINUX_DEFAULT" \
+  > /boot/grub/vgpu-test-cmdline
+echo "Generating grub configuration file ... done" >&2
+"""
+CMDLINE_UNIT = """[Unit]
+Description=vgpu test stand-in: the kernel command line the boot loader passed
+DefaultDependencies=no
+Before=sysinit.target
+ConditionPathExists=/boot/grub/vgpu-test-cmdline
+
+[Service]
+Type=oneshot
+ExecStart=/bin/mount --bind /boot/grub/vgpu-test-cmdline /proc/cmdline
+
+[Install]
+WantedBy=sysinit.target
+"""
 
 DKMS = r"""#!/bin/sh
 # vgpu test stand-in for dkms: add, build, install, remove, status, on the real dkms tree layout.
@@ -147,8 +179,13 @@ def build(base: Path, kernel: str) -> None:
 
     debian = base / "debian"
     deb(debian / "pool", "dkms", "3.0.10-8+vgpu", files={"/usr/sbin/dkms": DKMS})
-    for name in (f"linux-headers-{kernel}", f"linux-modules-extra-{kernel}"):
+    for name in (f"linux-headers-{kernel}", f"linux-modules-extra-{kernel}", "build-essential", "autoconf",
+                 "automake", "bc"):
         deb(debian / "pool", name, "1.0", files={f"/usr/share/doc/{name}/vgpu-test": "stand-in\n"})
+    unit = "/lib/systemd/system/vgpu-test-cmdline.service"
+    deb(debian / "pool", "grub2-common", "2.06-13+vgpu",
+        files={"/usr/sbin/update-grub": UPDATE_GRUB, unit: CMDLINE_UNIT,
+               "/etc/systemd/system/sysinit.target.wants/vgpu-test-cmdline.service": ("link", unit)})
     index(debian, "bookworm", gnupghome)
 
     driver = base / "amdgpu" / DRIVER / "ubuntu"
@@ -163,6 +200,17 @@ def build(base: Path, kernel: str) -> None:
             fi
         """, prerm=f"""dkms remove -m amdgpu -v {v} -k "$(uname -r)" || true\n""")
     index(driver, "noble", gnupghome)
+
+    # GIM as AMD publishes it: a release asset, .../releases/download/mainline%2F<VER>/gim-dkms_<VER>_all.deb
+    deb(base / "releases" / "download" / "mainline" / GIM, "gim-dkms", GIM, depends="dkms",
+        files={f"/usr/src/gim-{GIM}/dkms.conf": f'PACKAGE_NAME="gim"\nPACKAGE_VERSION="{GIM}"\nAUTOINSTALL="yes"\n'},
+        postinst=f"""
+            if [ "$1" = configure ]; then
+              dkms add -m gim -v {GIM}
+              dkms build -m gim -v {GIM} -k "$(uname -r)"
+              dkms install -m gim -v {GIM} -k "$(uname -r)"
+            fi
+        """, prerm=f"""dkms remove -m gim -v {GIM} -k "$(uname -r)" || true\n""")
 
     rocm = base / "rocm" / "apt" / ROCM
     deb(rocm / "pool", "rocm", f"{ROCM}.70001-42~24.04",
