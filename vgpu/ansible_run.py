@@ -65,6 +65,9 @@ def parse_extra_vars(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
         if not sep or not _KEY.match(key):
             raise InputError(f"--extra-vars {item.split('=')[0][:60]!r}: expected KEY=VALUE with KEY a variable "
                              "name (letters, digits, _)")
+        if "{{" in value or "{%" in value:
+            raise InputError(f"--extra-vars {key}: the value is a Jinja template; vgpu passes only literal values "
+                             "(a template there would run on the controller when the play reads it)")
         try:
             scalar = yaml.safe_load(value) if len(value) < 256 else value
         except yaml.YAMLError:

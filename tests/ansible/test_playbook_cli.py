@@ -105,7 +105,7 @@ def test_check_mode_runs_the_plan_and_secrets_never_reach_the_json(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["unknown playbook", "bad inventory", "executable inventory", "bad extra var",
-                                  "limit matches nothing"])
+                                  "templated extra var", "limit matches nothing"])
 def test_refusals_before_anything_runs(tmp_path, case):
     inv = inventory(tmp_path, {"gim_hosts": {"kvm-a": local_host()}})
     marker = tmp_path / "ran"
@@ -113,6 +113,8 @@ def test_refusals_before_anything_runs(tmp_path, case):
             "bad inventory": ["provision", "-i", str(tmp_path / "inv.ini")],
             "executable inventory": ["provision", "-i", str(tmp_path / "hosts")],
             "bad extra var": ["provision", "-i", str(inv), "-e", "not a name=1"],
+            "templated extra var": ["provision", "-i", str(inv), "-e",
+                                    f"provision_profile={{{{ lookup('pipe', 'touch {marker}') }}}}"],
             "limit matches nothing": ["provision", "-i", str(inv), "--limit", "nope"]}[case]
     (tmp_path / "inv.ini").write_text("[g]\nvm[0:99999999]\n")
     script = tmp_path / "hosts"
