@@ -8,12 +8,14 @@ result per host: ok, changed, failed or unreachable, with the failing task and i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -225,10 +227,11 @@ def run_playbook(name: str, inventory_path: Path, *, limit: str | None = None, e
                                     cmdline=" ".join(flags) or None, event_handler=tracker,
                                     cancel_callback=stop.requested, settings={"suppress_ansible_output": True})
         error = _runner_error(runner, tracker.lines) if runner.rc else None  # before its artifacts go
+        stop.drain()
     if stop.signum is not None:
-        raise InterruptedRun(f"interrupted by {signal.Signals(stop.signum).name}: ansible-playbook was stopped; "
-                             "hosts may be part-way through their tasks (the roles are idempotent: run again)",
-                             stop.signum)
+        raise InterruptedRun(f"interrupted by {signal.Signals(stop.signum).name}: passed on to ansible-playbook and "
+                             "the tasks it was running, which stopped (vgpu provision rolls back its step); hosts may "
+                             "be part-way through their plays (the roles are idempotent: run again)", stop.signum)
     result = RunResult(playbook=name, inventory=str(inventory_path), limit=limit, check=check,
                        extra_vars=dict(extra_vars or {}), status=str(runner.status), rc=int(runner.rc or 0),
                        hosts=_with_every_host(tracker.results(), inv, tracker.stats))
@@ -263,19 +266,42 @@ def _runner_error(runner, lines: list[str]) -> str:
     return " ".join((errors or lines[-1:]))[:600]
 
 
+GRACE = 60.0  # seconds the plays' processes get to finish after SIGINT/SIGTERM is passed on
+
+
 class _StopOnSignal:
-    """SIGINT/SIGTERM ask ansible-runner to cancel (it stops ansible-playbook); remembered for the exit code."""
+    """SIGINT/SIGTERM during a run: passed on to every process the run started (ansible-playbook, its workers
+    and the modules they run: a `vgpu provision` there finishes its step and rolls back, as on a terminal), then
+    the run is cancelled once they have exited or GRACE seconds have passed (ansible-runner then SIGKILLs what
+    is left of ansible-playbook's process group)."""
 
     def __init__(self):
         self.signum: int | None = None
+        self.reached: set[int] | None = None
+        self.deadline = 0.0
         self._previous: dict[int, Any] = {}
 
     def requested(self) -> bool:
-        return self.signum is not None
+        """ansible-runner's cancel callback, polled while the play runs."""
+        if self.signum is None:
+            return False
+        if self.reached is None:
+            self.reached = _descendants(os.getpid())
+            for pid in self.reached:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, self.signum)
+        return not _any_alive(self.reached) or time.monotonic() > self.deadline
+
+    def drain(self) -> None:
+        """After the run: wait (within the grace period) for what the signal reached to finish; a module's
+        process outlives ansible-playbook when its worker is gone."""
+        while self.reached and _any_alive(self.reached) and time.monotonic() < self.deadline:
+            time.sleep(0.1)
 
     def _handler(self, signum, _frame) -> None:
         if self.signum is None:
             self.signum = signum
+            self.deadline = time.monotonic() + GRACE
 
     def __enter__(self) -> "_StopOnSignal":
         if threading.current_thread() is threading.main_thread():
@@ -285,3 +311,34 @@ class _StopOnSignal:
     def __exit__(self, *exc) -> None:
         for s, old in self._previous.items():
             signal.signal(s, old)
+
+
+def _stat(pid: str) -> list[str] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, ...
+
+
+def _descendants(root: int) -> set[int]:
+    """Every living process below ``root`` (children, their children, ...), from /proc."""
+    parent: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            fields = _stat(entry.name)
+            if fields and fields[0] != "Z":
+                parent[int(entry.name)] = int(fields[1])
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, ppid in parent.items() if ppid in frontier} - found
+        found |= frontier
+    return found
+
+
+def _any_alive(pids: set[int]) -> bool:
+    for pid in pids:
+        fields = _stat(str(pid))
+        if fields and fields[0] != "Z":
+            return True
+    return False

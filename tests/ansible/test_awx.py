@@ -21,9 +21,11 @@ def ee_context(tmp_path_factory):
     if not (VENV_BIN / "ansible-builder").exists():
         pytest.skip("ansible-builder is not installed: pip install -e '.[test]'")
     out = tmp_path_factory.mktemp("ee")
+    before = sorted(p.name for p in REPO.iterdir())
     proc = subprocess.run([str(REPO / "tools" / "ee-context.sh"), str(VENV_BIN / "python"), str(out / "dist"),
                            str(out / "context")], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sorted(p.name for p in REPO.iterdir()) == before  # no build/ or *.egg-info left in the checkout
     return out / "context"
 
 
@@ -47,7 +49,6 @@ def test_ee_context_renders_with_vgpu_and_the_collection(ee_context):
     for step in ee["additional_build_steps"]["append_final"]:
         assert step in containerfile
     assert "ansible-galaxy collection install --offline" in containerfile
-    assert not (REPO / "build").exists() and not list(REPO.glob("*.egg-info"))  # the checkout stays clean
 
 
 def test_ee_collection_tarball_carries_the_module_and_every_role(ee_context):

@@ -128,20 +128,35 @@ def test_refusals_before_anything_runs(tmp_path, case):
     assert not (tmp_path / "sim").exists()
 
 
-def test_sigterm_stops_ansible_and_exits_143(tmp_path):
-    inv = inventory(tmp_path, {"gpu_guests": {"g": local_host()}})
+def test_sigterm_mid_provision_rolls_the_host_back_and_exits_143(tmp_path):
+    """SIGTERM to `vgpu playbook run` while the module's `vgpu provision` is between steps: the signal reaches
+    vgpu on the host, which finishes the step and rolls back; then vgpu exits 143 and nothing is left running."""
+    inv = inventory(tmp_path, {"gim_hosts": {"kvm-a": local_host()}})
+    extra = sim_vars(tmp_path) + ["-e", "provision_profile=mi300x-4vf"]
+    sim_dir = tmp_path / "sim"
+    pause = tmp_path / "pause"
+    pause.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
-    # validate on simulated guests with the slow scenario: long enough to be interrupted mid-play
-    proc = subprocess.Popen([VGPU, "playbook", "run", "validate", "-i", str(inv), "-e", "validate_simulate=true",
-                             "-e", f"validate_executable={VGPU}", "-e", "validate_sim_scenarios=slow",
-                             "-e", f"validate_report_dir={tmp_path / 'reports'}"],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(4)  # ansible-playbook is running the role by now (the slow guests take longer than this)
+    env.update(VGPU_SIM_PAUSE_AT="2:after", VGPU_SIM_PAUSE_DIR=str(pause))  # the simulator's test hook
+    proc = subprocess.Popen([VGPU, "playbook", "run", "provision", "-i", str(inv), *extra], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (pause / "ready").exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    assert (pause / "ready").exists(), proc.communicate(timeout=60)
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
+    time.sleep(1)
+    (pause / "go").write_text("")  # let the paused step finish: vgpu then sees the signal and rolls back
+    out, err = proc.communicate(timeout=180)
     assert proc.returncode == 143, out + err
     assert "interrupted by SIGTERM" in err
     assert not _ansible_playbook_left(), "ansible-playbook outlived vgpu"
+    status = subprocess.run([VGPU, "status", "--json", "--simulate", "--sim-dir", str(sim_dir)],
+                            capture_output=True, text=True, timeout=120)
+    doc = json.loads(status.stdout)
+    assert status.returncode == 0 and doc["profile"] is None and doc["unfinished_run"] is None, status.stdout
+    assert not (sim_dir / "root" / "etc" / "gim_config").exists() or \
+        "vf_num" not in (sim_dir / "root" / "etc" / "gim_config").read_text()
 
 
 def _ansible_playbook_left(wait: float = 10.0) -> str:
