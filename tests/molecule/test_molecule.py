@@ -8,6 +8,7 @@ that a failure.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -50,17 +51,25 @@ def molecule_env(tmp_path_factory) -> dict:
     return env
 
 
-def _leftovers() -> list[str]:
+def _leftovers(run_dir: Path) -> list[str]:
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
     links = [p.name for p in Path("/sys/class/net").glob("vmol*")] + \
         [p.name for p in Path("/sys/class/net").glob("vgpumol0")]
-    mounts = [ln.split()[1] for ln in Path("/proc/mounts").read_text().splitlines() if "/hosts/" in ln.split()[1]
-              and ln.startswith("overlay")]
+    mounts = [ln.split()[1] for ln in Path("/proc/mounts").read_text().splitlines()
+              if ln.split()[1].startswith(str(run_dir) + "/")]
     return [n for n in netns if n.startswith("vgpumol-")] + links + mounts
 
 
+@pytest.fixture()
+def molecule_lock():
+    """One Molecule run at a time on this machine: every run uses the same bridge, addresses and port."""
+    with open("/run/lock/vgpu-molecule.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # a second run waits here instead of failing in `create`
+        yield
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_scenario_converges_idempotently_and_verifies(molecule_env, scenario, tmp_path):
+def test_scenario_converges_idempotently_and_verifies(molecule_env, molecule_lock, scenario, tmp_path):
     env = dict(molecule_env, VGPU_MOLECULE_DIR=str(tmp_path))
     proc = subprocess.run([str(VENV_BIN / "molecule"), "test", "-s", scenario], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=900)
@@ -69,7 +78,7 @@ def test_scenario_converges_idempotently_and_verifies(molecule_env, scenario, tm
     assert proc.returncode == 0, f"molecule test -s {scenario} failed (log: {tmp_path}/molecule.log):\n{log[-6000:]}"
     for step in ("converge", "idempotence", "verify"):
         assert f"[{scenario} > {step}] Executed: Successful" in log, f"{step} did not run: {log[-3000:]}"
-    assert _leftovers() == [], "hosts, network namespaces or mounts outlived the scenario"
+    assert _leftovers(tmp_path) == [], "hosts, network namespaces or mounts outlived the scenario"
 
 
 def test_every_scenario_is_found():

@@ -45,6 +45,10 @@ def host_up(base: Path, index: int, name: str, pubkey: str) -> dict:
     hdir = base / name
     for d in ("upper", "work", "merged"):
         (hdir / d).mkdir(parents=True, exist_ok=True)
+    if sh("ip", "netns", "pid", ns, check=False).returncode == 0 or Path(f"/run/netns/{ns}").exists():
+        raise SystemExit(f"hosts.py: network namespace {ns} exists: another Molecule run holds 10.77.0.0/24")
+    # recorded before anything is set up, so `down` removes a half-made host too
+    (hdir / "netns").write_text(ns + "\n" + veth + "\n")
     sh("mount", "-t", "overlay", "overlay", "-o",
        f"lowerdir={ROOT},upperdir={hdir / 'upper'},workdir={hdir / 'work'}", str(hdir / "merged"))
     merged = hdir / "merged"
@@ -70,7 +74,6 @@ def host_up(base: Path, index: int, name: str, pubkey: str) -> dict:
             f"-M {name} -D {merged}; [ $? -eq 133 ]; do :; done; exit 0")
     proc = subprocess.Popen(["setsid", "sh", "-c", loop], stdin=subprocess.DEVNULL, stdout=log, stderr=log)
     (hdir / "pid").write_text(str(proc.pid))
-    (hdir / "netns").write_text(ns + "\n" + veth + "\n")
     hostkey = (Path(str(key) + ".pub")).read_text().split()
     with open(base / "known_hosts", "a") as fh:
         fh.write(f"{address} {hostkey[0]} {hostkey[1]}\n")
@@ -106,35 +109,79 @@ def up(base: Path, names: list[str]) -> None:
     sys.stdout.write("\n")
 
 
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def _rooted_in(root: Path) -> list[int]:
+    pids = []
+    for link in Path("/proc").glob("[0-9]*/root"):
+        try:
+            if os.readlink(link) == str(root):
+                pids.append(int(link.parent.name))
+        except OSError:
+            continue
+    return pids
+
+
+def _wait(done, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not done():
+        time.sleep(0.2)
+
+
 def down(base: Path) -> None:
+    failed: list[str] = []
     for hdir in sorted(p for p in base.iterdir() if (p / "netns").exists()) if base.is_dir() else []:
         name = hdir.name
         pid = int((hdir / "pid").read_text()) if (hdir / "pid").exists() else None
         if pid:
-            try:
-                os.killpg(pid, signal.SIGTERM)  # the loop and nspawn; nspawn powers the container off
-            except ProcessLookupError:
-                pass
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
-                time.sleep(0.2)
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        sh("machinectl", "terminate", name, check=False)
+            # The loop's shell dies at once on SIGTERM; nspawn, in the same process group, powers the container
+            # off and exits when it is down. Wait for the whole group, not the shell, or the SIGKILL below would
+            # hit nspawn mid-shutdown and orphan the container (it keeps the overlay busy).
+            _signal_group(pid, signal.SIGTERM)
+            _wait(lambda: not _group_alive(pid), 30)
+            _signal_group(pid, signal.SIGKILL)
+        # Anything still running in the host's root (an orphaned container) is killed by its root directory.
+        merged = hdir / "merged"
+        for _ in range(2):
+            for proc in _rooted_in(merged):
+                try:
+                    os.kill(proc, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            _wait(lambda: not _rooted_in(merged), 10)
         ns, veth = (hdir / "netns").read_text().split()
         sh("ip", "link", "del", veth, check=False)
         sh("ip", "netns", "del", ns, check=False)
         for _ in range(50):
-            if sh("umount", str(hdir / "merged"), check=False).returncode == 0 or not os.path.ismount(hdir / "merged"):
+            if not os.path.ismount(merged) or sh("umount", str(merged), check=False).returncode == 0:
                 break
             time.sleep(0.2)
+        if os.path.ismount(merged):
+            failed.append(str(merged))
+            continue  # never delete through a mounted overlay
         (hdir / "netns").unlink()
         shutil.rmtree(hdir, ignore_errors=True)
     remaining = [p for p in Path("/sys/class/net").glob("vmol*")]
     if not remaining and sh("ip", "link", "show", BRIDGE, check=False).returncode == 0:
         sh("ip", "link", "del", BRIDGE, check=False)
+    if failed:
+        raise SystemExit(f"hosts.py: still mounted after stopping the hosts: {' '.join(failed)}")
 
 
 if __name__ == "__main__":

@@ -218,6 +218,8 @@ def build(base: Path, kernel: str) -> None:
                "/opt/rocm": ("link", f"rocm-{ROCM}")})
     index(rocm, "noble", gnupghome)
     index(base / "graphics" / ROCM / "ubuntu", "noble", gnupghome)
+    # gpg started an agent for the throw-away key; it would outlive the run
+    subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=env, check=False, capture_output=True)
 
 
 def serve(base: Path, addr: str, port: int) -> None:
