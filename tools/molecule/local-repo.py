@@ -140,6 +140,21 @@ def deb(out: Path, name: str, version: str, *, depends: str = "", files: dict[st
                         str(out / f"{name}_{version}_all.deb")], check=True, capture_output=True)
 
 
+def dkms_deb(out: Path, name: str, version: str, module: str, module_version: str) -> None:
+    """A DKMS package as AMD builds them (gim-dkms, amdgpu-dkms): the sources' dkms.conf under /usr/src, and
+    maintainer scripts that add, build and install the module for the running kernel, and remove it."""
+    v = module_version
+    deb(out, name, version, depends="dkms",
+        files={f"/usr/src/{module}-{v}/dkms.conf": f'PACKAGE_NAME="{module}"\nPACKAGE_VERSION="{v}"\nAUTOINSTALL="yes"\n'},
+        postinst=f"""
+            if [ "$1" = configure ]; then
+              dkms add -m {module} -v {v}
+              dkms build -m {module} -v {v} -k "$(uname -r)"
+              dkms install -m {module} -v {v} -k "$(uname -r)"
+            fi
+        """, prerm=f"""dkms remove -m {module} -v {v} -k "$(uname -r)" || true\n""")
+
+
 def index(repo: Path, suite: str, gnupghome: Path) -> None:
     """dists/SUITE/main/binary-amd64/Packages and a signed Release (InRelease, Release.gpg)."""
     binary = repo / "dists" / suite / "main" / "binary-amd64"
@@ -190,27 +205,11 @@ def build(base: Path, kernel: str) -> None:
 
     driver = base / "amdgpu" / DRIVER / "ubuntu"
     v = DRIVER_MODULE_VERSION
-    deb(driver / "pool", "amdgpu-dkms", f"1:{v}.30101000-2212064.24.04", depends="dkms",
-        files={f"/usr/src/amdgpu-{v}/dkms.conf": f'PACKAGE_NAME="amdgpu"\nPACKAGE_VERSION="{v}"\nAUTOINSTALL="yes"\n'},
-        postinst=f"""
-            if [ "$1" = configure ]; then
-              dkms add -m amdgpu -v {v}
-              dkms build -m amdgpu -v {v} -k "$(uname -r)"
-              dkms install -m amdgpu -v {v} -k "$(uname -r)"
-            fi
-        """, prerm=f"""dkms remove -m amdgpu -v {v} -k "$(uname -r)" || true\n""")
+    dkms_deb(driver / "pool", "amdgpu-dkms", f"1:{v}.30101000-2212064.24.04", "amdgpu", v)
     index(driver, "noble", gnupghome)
 
     # GIM as AMD publishes it: a release asset, .../releases/download/mainline%2F<VER>/gim-dkms_<VER>_all.deb
-    deb(base / "releases" / "download" / "mainline" / GIM, "gim-dkms", GIM, depends="dkms",
-        files={f"/usr/src/gim-{GIM}/dkms.conf": f'PACKAGE_NAME="gim"\nPACKAGE_VERSION="{GIM}"\nAUTOINSTALL="yes"\n'},
-        postinst=f"""
-            if [ "$1" = configure ]; then
-              dkms add -m gim -v {GIM}
-              dkms build -m gim -v {GIM} -k "$(uname -r)"
-              dkms install -m gim -v {GIM} -k "$(uname -r)"
-            fi
-        """, prerm=f"""dkms remove -m gim -v {GIM} -k "$(uname -r)" || true\n""")
+    dkms_deb(base / "releases" / "download" / "mainline" / GIM, "gim-dkms", GIM, "gim", GIM)
 
     rocm = base / "rocm" / "apt" / ROCM
     deb(rocm / "pool", "rocm", f"{ROCM}.70001-42~24.04",
