@@ -1,4 +1,4 @@
-"""Ansible inventories (INI and YAML) read by the real ansible-inventory (vgpu.ansible_inventory): hosts,
+"""Ansible inventories (INI and YAML) read by the real ansible-inventory (vgpu.automation.inventory): hosts,
 groups, group_vars, variables, precedence, --limit patterns, and the guards vgpu adds."""
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ def playbook() -> None:
 @playbook.command("list")
 def list_playbooks() -> None:
     """The shipped playbooks and what each does."""
-    from vgpu.ansible_run import first_comment, playbooks
+    from vgpu.automation.playbooks import first_comment, playbooks
     from vgpu.cli.render import add_row, console, table
 
     rows = table("Playbooks (vgpu playbook run NAME --inventory FILE)", ("name", "what it does"))
@@ -45,7 +45,7 @@ def run(name, inventory, limit, extra, check, diff, as_json) -> int:
     Exit 0: every host ok or changed; 8: a host failed; 9: a host was unreachable; 5: bad inventory or
     variables (nothing ran); 130/143: interrupted.
     """
-    from vgpu.ansible_run import parse_extra_vars, run_playbook
+    from vgpu.automation.playbooks import parse_extra_vars, run_playbook
 
     extra_vars = parse_extra_vars(extra)
     with _Live(enabled=sys.stderr.isatty()) as live:

@@ -2,7 +2,7 @@
 
 Guests files are parsed here (the caller reads the file through vgpu.inputs): every malformed input
 ends in one ``InputError`` that names the file and the field; YAML goes through the strict loader
-of vgpu.inputs. Ansible inventories are read by Ansible itself through vgpu.ansible_inventory (the
+of vgpu.inputs. Ansible inventories are read by Ansible itself through vgpu.automation.inventory (the
 one inventory reader, shared with `vgpu playbook run`); from each host's resolved variables only
 those listed in docs/validate.md are used (ansible_host, ansible_port, ansible_user,
 ansible_ssh_private_key_file, ansible_python_interpreter, vgpu_*); templated (``{{ }}``) values are
@@ -187,9 +187,9 @@ def _unique(targets: list[Target], source: str) -> list[Target]:
 
 
 def targets_from_inventory(path: Path, *, limit: str | None = None) -> list[Target]:
-    """Targets from an Ansible inventory as Ansible parses it (vgpu.ansible_inventory, the one
+    """Targets from an Ansible inventory as Ansible parses it (vgpu.automation.inventory, the one
     inventory reader); ``limit``: an Ansible host pattern (``gpu_guests``, ``vm01,vm02``)."""
-    from vgpu.ansible_inventory import read_inventory
+    from vgpu.automation.inventory import read_inventory
 
     inv = read_inventory(path, limit=limit, host_level=True)
     base_dir = Path(path).resolve().parent

@@ -1,7 +1,7 @@
 """Run the collection's playbooks through ansible-runner, for operators working from the CLI.
 
 `vgpu playbook run NAME --inventory FILE` checks the inventory with vgpu's one inventory reader
-(vgpu.ansible_inventory) before anything runs, stages exactly those bytes for ansible-runner, follows
+(vgpu.automation.inventory) before anything runs, stages exactly those bytes for ansible-runner, follows
 the run through runner events (a callback per event, for the live display) and ends with a typed
 result per host: ok, changed, failed or unreachable, with the failing task and its message.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vgpu.ansible_inventory import Inventory, ansible_tool, read_inventory, stage
+from vgpu.automation.inventory import Inventory, ansible_tool, read_inventory, stage
 from vgpu.errors import ExitCode, InputError, InterruptedRun, VgpuError
 
 SCHEMA = "vgpu.playbook-run/v1"
@@ -34,7 +34,7 @@ def content_dir() -> Path:
     """Where the playbooks/ and collections/ vgpu runs live: VGPU_ANSIBLE_DIR, else the checkout
     vgpu runs from (the repository root holds playbooks/, collections/ and ansible.cfg)."""
     env = os.environ.get("VGPU_ANSIBLE_DIR")
-    root = Path(env) if env else Path(__file__).resolve().parents[1]
+    root = Path(env) if env else Path(__file__).resolve().parents[2]
     if not (root / "playbooks").is_dir() or not (root / "collections").is_dir():
         raise VgpuError(f"no playbooks/ and collections/ under {root}",
                         hint="run vgpu from its repository checkout, or set VGPU_ANSIBLE_DIR to a copy of it")
