@@ -23,12 +23,15 @@ def export_profile(inv: Inventory, name: str, model: str | None = None) -> dict:
         raise InputError(f"{inv.source} has no {model} (it has {', '.join(models)})")
     return {"version": "v1", "name": _safe(name),
             "description": f"exported from {inv.source}"[:300].replace("\n", " "),
-            "hypervisor": "kvm", "gpu": _gpu_section(gpus, len(gpus) == len([g for g in inv.gpus
+            "hypervisor": "esxi" if inv.platform == "esxi" else "kvm", "gpu": _gpu_section(gpus, len(gpus) == len([g for g in inv.gpus
                                                                               if g.model == gpus[0].model]))}
 
 
+ESXI_PASSTHRU = "pciPassthru"  # vgpu/esxi/planner.py: an ESXi GPU whose passthrough is active
+
+
 def _gpu_section(gpus: list[Gpu], whole_model: bool) -> dict:
-    passthrough = [g for g in gpus if g.driver == VFIO]
+    passthrough = [g for g in gpus if g.driver in (VFIO, ESXI_PASSTHRU)]
     sriov = [g for g in gpus if g.driver == "gim" and g.vfs]
     if passthrough and not sriov:
         chosen, section = passthrough, {"model": gpus[0].model, "mode": "passthrough"}

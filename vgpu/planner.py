@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from vgpu.catalog import DEFAULT, Catalog, ComputePartition, MemoryPartition, Mode, Support
+from vgpu.catalog import DEFAULT, Catalog, ComputePartition, Hypervisor, MemoryPartition, Mode, Support
 from vgpu.errors import RefusedError
 from vgpu.model.inventory import Gpu, Inventory
 from vgpu.model.pci import PciAddress
@@ -47,7 +47,7 @@ class Desired:
     record: str  # canonical JSON of the state record (vgpu/persist.py)
     unit: str  # the boot unit's text
     warnings: tuple[str, ...] = ()
-    hypervisor: str = "kvm"
+    hypervisor: Hypervisor = Hypervisor.KVM
 
 
 class Refusal(RefusedError):
@@ -64,12 +64,12 @@ Holders = Mapping[PciAddress, Sequence[str]]  # function -> "VM name" / "pid N (
 
 def check(desired: Desired, inv: Inventory, catalog: Catalog = DEFAULT) -> list[Problem]:
     """Every reason ``desired`` cannot be applied to ``inv``; empty when it can."""
-    if desired.hypervisor != "kvm":
+    if desired.hypervisor is not Hypervisor.KVM:
         # every other check is about a Linux host's drivers: an ESXi profile gets this one sentence only
-        return [Problem("host", f"profile {desired.profile} is for VMware ESXi 8 (hypervisor: {desired.hypervisor}), "
-                        "but this is a Linux KVM host; this version of vgpu plans and applies only on KVM hosts "
-                        "(ESXi's DirectPath I/O through esxcli is not built yet)",
-                        "pick a KVM profile here (`vgpu profiles list`), e.g. mi300x-passthrough")]
+        return [Problem("host", f"profile {desired.profile} is for VMware ESXi 8 (hypervisor: {desired.hypervisor.value}), "
+                        "but this is a Linux KVM host",
+                        "run it against the ESXi host (`vgpu plan --esxi https://HOST ...`, docs/esxi.md), or pick "
+                        "a KVM profile here (`vgpu profiles list`), e.g. mi300x-passthrough")]
     problems: list[Problem] = []
     if inv.facts.iommu_groups == 0 and inv.facts.iommu_units == 0:
         problems.append(Problem("host", "the IOMMU is off, so no function can be assigned to a VM",

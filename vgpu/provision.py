@@ -49,7 +49,7 @@ def desired_state(profile, inv: Inventory) -> Desired:
     return Desired(profile=profile.name, model=spec.model, mode=spec.mode, targets=targets,
                    record=state_record(profile.name, profile.to_dict(), [str(t.address) for t in targets]),
                    unit=unit_text(exec_start()),
-                   warnings=tuple(profile.warnings()), hypervisor=profile.hypervisor.value)
+                   warnings=tuple(profile.warnings()), hypervisor=profile.hypervisor)
 
 
 def current_files(target: HostTarget) -> dict[str, str | None]:
@@ -153,6 +153,7 @@ class ProvisionResult:
     recovered: list[str]
     dry_run: bool = False
     warnings: list[str] = field(default_factory=list)
+    pending: tuple[str, ...] = ()  # applied and verified, but the host matches only after these (an ESXi reboot)
 
 
 Confirm = Callable[[Plan], bool]
@@ -264,20 +265,24 @@ def _verify(target: HostTarget, profile) -> None:
 
 def recorded_profile(target: HostTarget):
     """The profile `provision` recorded on this host, or None when nothing was provisioned."""
+    return parse_record(target.files.read(STATE_RECORD), f"/etc/{STATE_RECORD}")
+
+
+def parse_record(text: str | None, where: str):
+    """The profile in a state record (vgpu/persist.py), or None when there is none."""
     from vgpu.profiles import load_profile_text
 
-    text = target.files.read(STATE_RECORD)
     if text is None:
         return None
     try:
-        spec = parse_json(text, "config file", f"/etc/{STATE_RECORD}")["spec"]
+        spec = parse_json(text, "config file", where)["spec"]
     except InputFileError as exc:
-        raise InputError(f"/etc/{STATE_RECORD} is corrupt: {exc.problem}",
+        raise InputError(f"{where} is corrupt: {exc.problem}",
                          hint="run `vgpu provision --profile NAME` again to rewrite it") from None
     except (KeyError, TypeError) as exc:
-        raise InputError(f"/etc/{STATE_RECORD} is corrupt: {exc}",
+        raise InputError(f"{where} is corrupt: {exc}",
                          hint="run `vgpu provision --profile NAME` again to rewrite it") from exc
-    return load_profile_text(json.dumps(spec), source=f"/etc/{STATE_RECORD}")
+    return load_profile_text(json.dumps(spec), source=where)
 
 
 def is_sriov(profile) -> bool:

@@ -152,10 +152,12 @@ def test_partial_selection_keeps_other_gpus_vf_counts_in_gim_config():
 
 def test_esxi_profile_on_a_linux_host_is_refused_in_one_sentence():
     from dataclasses import replace
-    d = replace(desired(vf_num=0, compute=None, memory=None, mode=Mode.PASSTHROUGH), hypervisor="esxi")
+    from vgpu.catalog import Hypervisor
+    d = replace(desired(vf_num=0, compute=None, memory=None, mode=Mode.PASSTHROUGH), hypervisor=Hypervisor.ESXI)
     problems = check(d, inventory([gpu(a) for a in A]))
     assert len(problems) == 1  # not one "gim drives this PF" per GPU as well
     assert "VMware ESXi 8" in problems[0].message and "Linux KVM host" in problems[0].message
+    assert "--esxi" in problems[0].fix  # where to run it instead
 
 
 def _with_facts(inv, **changes):

@@ -74,6 +74,7 @@ type Device struct {
 	Enabled      bool   `json:"enabled"`
 	Active       bool   `json:"active"`
 	Bar64Bytes   int64  `json:"bar64_bytes"` // the sum of its 64-bit BARs (the API does not report BARs)
+	Numa         *int   `json:"numa_node"`
 }
 
 // VM is one virtual machine registered on the host.
@@ -534,6 +535,23 @@ func main() {
 		pci = append(pci, pciDevice(&sim.spec.Devices[i]))
 	}
 	sim.host.Hardware.PciDevice = pci
+	nodes := map[int][]string{}
+	maxNode := -1
+	for _, d := range sim.spec.Devices {
+		if d.Numa != nil {
+			nodes[*d.Numa] = append(nodes[*d.Numa], d.ID)
+			if *d.Numa > maxNode {
+				maxNode = *d.Numa
+			}
+		}
+	}
+	if maxNode >= 0 {
+		numa := &types.HostNumaInfo{Type: "NUMA", NumNodes: int32(maxNode + 1)}
+		for n := 0; n <= maxNode; n++ {
+			numa.NumaNode = append(numa.NumaNode, types.HostNumaNode{TypeId: byte(n), PciId: nodes[n]})
+		}
+		sim.host.Hardware.NumaInfo = numa
+	}
 	sim.pts = &PassthruSystem{}
 	sim.pts.Self = types.ManagedObjectReference{Type: "HostPciPassthruSystem", Value: "pciPassthruSystem"}
 	simulator.Map.Put(sim.pts)

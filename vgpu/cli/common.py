@@ -2,13 +2,16 @@
 
 A command runs against exactly one host: this machine (default), a simulated host
 (``--simulate [MACHINE|FILE]``, persisted in ``--sim-dir`` / $VGPU_SIM_DIR / the user cache), a
-captured sysfs tree (``--sysfs-root DIR``) or a snapshot archive (``--snapshot FILE``).
+captured sysfs tree (``--sysfs-root DIR``), a snapshot archive (``--snapshot FILE``), or a VMware
+ESXi 8 host through the vSphere API (``--esxi URL``). Each is a vgpu.platform.Platform.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+from dataclasses import dataclass
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -34,8 +37,31 @@ def sim_dir_of(option: str | None, *, writable: bool = True) -> Path:
     return check_location(option, writable=writable)
 
 
-def host_options(fn: Callable) -> Callable:
-    """Add --simulate/--sim-dir/--sysfs-root/--snapshot to a click command."""
+@dataclass(frozen=True)
+class HostChoice:
+    """Which host a command works on, as the command line said (see ``host_options``)."""
+
+    simulate: str | None = None
+    sim_dir: str | None = None
+    sysfs_root: Path | None = None
+    snapshot: Path | None = None
+    esxi: str | None = None
+    esxi_user: str | None = None
+    esxi_password_file: Path | None = None
+    esxi_thumbprint: str | None = None
+    esxi_ca: Path | None = None
+    esxi_host: str | None = None
+    insecure: bool = False
+
+
+_ESXI_DETAILS = ("esxi_user", "esxi_password_file", "esxi_thumbprint", "esxi_ca", "esxi_host", "insecure")
+
+
+def host_options(fn: Callable | None = None, *, esxi: bool = True) -> Callable:
+    """Add the host options to a click command and hand it one ``host`` (a HostChoice):
+    --simulate/--sim-dir/--sysfs-root/--snapshot, and with ``esxi`` the --esxi URL options."""
+    if fn is None:
+        return functools.partial(host_options, esxi=esxi)
     options = [
         click.option("--simulate", "simulate", is_flag=False, flag_value=SIM_DEFAULT, default=None,
                      metavar="[MACHINE|FILE]",
@@ -48,33 +74,84 @@ def host_options(fn: Callable) -> Callable:
         click.option("--snapshot", type=click.Path(path_type=Path, readable=False), default=None,
                      help="Read a snapshot from `vgpu host snapshot` (read-only)."),
     ]
+    if esxi:
+        options += [
+            click.option("--esxi", "esxi", default=None, metavar="URL", envvar="VGPU_ESXI_URL",
+                         help="Work on a VMware ESXi 8 host through the vSphere API (https://HOST[:PORT]); "
+                              "password from $VGPU_ESXI_PASSWORD or --esxi-password-file."),
+            click.option("--esxi-user", default=None, metavar="USER",
+                         help="vSphere user (default $VGPU_ESXI_USER, else root)."),
+            click.option("--esxi-password-file", type=click.Path(path_type=Path, readable=False), default=None,
+                         metavar="FILE", help="Read the vSphere password from FILE (one line)."),
+            click.option("--esxi-thumbprint", default=None, metavar="SHA256",
+                         help="Trust exactly this certificate (SHA-256 fingerprint AA:BB:...) instead of CAs."),
+            click.option("--esxi-ca", type=click.Path(path_type=Path, readable=False), default=None, metavar="FILE",
+                         help="Verify the host's certificate against these CA certificates (PEM)."),
+            click.option("--esxi-host", default=None, metavar="NAME",
+                         help="The host to work on when --esxi is a vCenter that manages several."),
+            click.option("--insecure", is_flag=True,
+                         help="Do not verify the host's TLS certificate (test servers only; warns)."),
+        ]
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        fields = {f: kwargs.pop(f, None) for f in HostChoice.__dataclass_fields__}
+        fields["insecure"] = bool(fields["insecure"])
+        return fn(*args, host=HostChoice(**fields), **kwargs)
     for option in reversed(options):
-        fn = option(fn)
-    return fn
+        wrapper = option(wrapper)
+    return wrapper
 
 
 @contextlib.contextmanager
-def open_host(simulate: str | None, sim_dir: str | None, sysfs_root: Path | None,
-              snapshot: Path | None) -> Iterator[HostTarget]:
-    chosen = [n for n, v in (("--simulate", simulate), ("--sysfs-root", sysfs_root), ("--snapshot", snapshot))
-              if v is not None]
+def open_host(choice: HostChoice, *, linux_only: bool = False) -> Iterator:
+    """The host the command line chose, as a vgpu.platform.Platform."""
+    chosen = [n for n, v in (("--simulate", choice.simulate), ("--sysfs-root", choice.sysfs_root),
+                             ("--snapshot", choice.snapshot), ("--esxi", choice.esxi)) if v is not None]
     if len(chosen) > 1:
         raise click.UsageError(f"{' and '.join(chosen)} cannot be combined: pick one host")
-    if sim_dir is not None and simulate is None:
+    if choice.sim_dir is not None and choice.simulate is None:
         raise click.UsageError("--sim-dir only makes sense with --simulate")
-    if snapshot is not None:
+    given = [f"--{f.replace('_', '-')}" for f in _ESXI_DETAILS if getattr(choice, f)]
+    if given and choice.esxi is None:
+        raise click.UsageError(f"{', '.join(given)} only make(s) sense with --esxi URL")
+    if choice.esxi is not None:
+        if linux_only:
+            raise click.UsageError("--esxi: this command reads a Linux host's sysfs; use `vgpu discover --esxi URL`")
+        with _open_esxi(choice) as target:
+            yield target
+        return
+    if choice.snapshot is not None:
         from vgpu.host.snapshot import open_snapshot
-        with open_snapshot(snapshot) as paths:
+        with open_snapshot(choice.snapshot) as paths:
             yield HostTarget(paths, read_only=True)
         return
-    if sysfs_root is not None:
-        yield HostTarget(HostPaths.for_sysfs_root(sysfs_root), read_only=True)
+    if choice.sysfs_root is not None:
+        yield HostTarget(HostPaths.for_sysfs_root(choice.sysfs_root), read_only=True)
         return
-    if simulate is not None:
-        sim = open_sim(None if simulate == SIM_DEFAULT else simulate, sim_dir_of(sim_dir))
+    if choice.simulate is not None:
+        sim = open_sim(None if choice.simulate == SIM_DEFAULT else choice.simulate, sim_dir_of(choice.sim_dir))
         yield HostTarget(HostPaths.under(sim.root, label=f"simulated {sim.machine.name}"), sim=sim)
         return
     yield HostTarget(HostPaths.system())
+
+
+@contextlib.contextmanager
+def _open_esxi(choice: HostChoice) -> Iterator:
+    from vgpu.esxi.connect import connect, endpoint
+    from vgpu.esxi.service import EsxiTarget
+
+    ep = endpoint(choice.esxi, user=choice.esxi_user, password_file=choice.esxi_password_file,
+                  thumbprint=choice.esxi_thumbprint, ca_file=choice.esxi_ca, insecure=choice.insecure,
+                  host_name=choice.esxi_host)
+    if ep.insecure:
+        click.echo(f"warning: the TLS certificate of {ep.host} is not verified (--insecure): anyone on the path "
+                   "can read the password", err=True)
+    target = EsxiTarget(connect(ep))
+    try:
+        yield target
+    finally:
+        target.close()
 
 
 def open_sim(machine: str | None, state_dir: Path):

@@ -12,12 +12,10 @@ from vgpu.cli.common import host_options, open_host
 @click.option("--source", type=click.Choice(["auto", "udev", "sysfs"]), default="auto", show_default=True,
               help="Enumerate through libudev or by reading sysfs directly.")
 @host_options
-def discover(as_json: bool, source: str, simulate, sim_dir, sysfs_root, snapshot) -> None:
+def discover(as_json: bool, source: str, host) -> None:
     """List MI300-family PFs and VFs: drivers, NUMA, IOMMU groups, BARs, partitions, readiness."""
-    from vgpu.host.discovery import discover as run_discovery
-
-    with open_host(simulate, sim_dir, sysfs_root, snapshot) as host:
-        inv = run_discovery(host.paths, source=source)
+    with open_host(host) as target:
+        inv = target.discover(source)
     if as_json:
         from vgpu.cli.render import print_json
         print_json(inv.to_dict())

@@ -15,13 +15,11 @@ def host() -> None:
 
 @host.command()
 @click.option("--json", "as_json", is_flag=True, help="Print findings as JSON.")
-@host_options
-def check(as_json: bool, simulate, sim_dir, sysfs_root, snapshot) -> int:
+@host_options(esxi=False)
+def check(as_json: bool, host) -> int:
     """Check IOMMU, kernel command line, gim/vfio modules, drivers, hugepages. Exit 1 when not ready."""
-    from vgpu.host.discovery import discover
-
-    with open_host(simulate, sim_dir, sysfs_root, snapshot) as target:
-        inv = discover(target.paths)
+    with open_host(host) as target:
+        inv = target.discover()
     if as_json:
         from vgpu.cli.render import print_json
         doc = inv.to_dict()
@@ -38,15 +36,15 @@ def check(as_json: bool, simulate, sim_dir, sysfs_root, snapshot) -> int:
 @host.command()
 @click.option("-o", "--output", required=True, metavar="FILE|-",
               help="Where to write the snapshot (.tar.gz); - for standard output.")
-@host_options
-def snapshot(output: str, simulate, sim_dir, sysfs_root, snapshot) -> None:
+@host_options(esxi=False)
+def snapshot(output: str, host) -> None:
     """Capture the PCI/IOMMU/module subset of /sys, /proc/cmdline and modprobe.d for offline review."""
     from vgpu.cli.output import write_output
     from vgpu.host.snapshot import capture
     from vgpu.inputs import output_target
 
     target = output_target(output, "snapshot output")  # checked before the host is read
-    with open_host(simulate, sim_dir, sysfs_root, snapshot) as host_target:
+    with open_host(host) as host_target:
         data, manifest = capture(host_target.paths)
     write_output(target, data, "snapshot output", mode=0o600)  # it describes the host: owner only
     if target is not None:

@@ -29,20 +29,19 @@ def _load(profile_ref: str):
 @_profile_option
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (schema vgpu.plan/v1).")
 @host_options
-def plan(profile_ref, as_json, simulate, sim_dir, sysfs_root, snapshot) -> int:
+def plan(profile_ref, as_json, host) -> int:
     """Show what provisioning a profile would change and disrupt. Changes nothing.
 
     Exit 0: in sync; 3: changes pending; 4: refused (each problem on its own line).
     """
     from vgpu.planner import Refusal
-    from vgpu.provision import plan_profile
 
     profile = _load(profile_ref)
-    with open_host(simulate, sim_dir, sysfs_root, snapshot) as target:
+    with open_host(host) as target:
         try:
-            result = plan_profile(target, profile)
+            result = target.plan(profile)
         except Refusal as exc:
-            return _refused(exc, profile.name, target.paths.label, as_json)
+            return _refused(exc, profile.name, target.label, as_json)
     from vgpu.cli import planview
     if as_json:
         planview.print_plan_json(result.plan, result.warnings)
@@ -70,31 +69,28 @@ def _refused(exc, profile: str, host: str, as_json: bool) -> int:
 @click.option("--json", "as_json", is_flag=True,
               help="Print the result as JSON (schema vgpu.provision/v1); never asks: disruptive plans need --yes.")
 @host_options
-def provision(profile_ref, recorded, dry_run, yes, force, lock_timeout, vf_timeout, as_json,
-              simulate, sim_dir, sysfs_root, snapshot) -> int:
+def provision(profile_ref, recorded, dry_run, yes, force, lock_timeout, vf_timeout, as_json, host) -> int:
     """Apply a profile: configure gim, create VFs, set partitions, bind vfio-pci, persist; verify by read-back."""
     from vgpu.cli import planview
     from vgpu.planner import Refusal
-    from vgpu.provision import provision as run_provision, recorded_profile
 
     if bool(profile_ref) == bool(recorded):
         raise click.UsageError("give exactly one of --profile NAME|FILE and --recorded")
     report = planview.ProvisionReport("apply", as_json, profile_ref)
-    with report, open_host(simulate, sim_dir, sysfs_root, snapshot) as target:
-        report.host = target.paths.label
-        profile = recorded_profile(target) if recorded else _load(profile_ref)
+    with report, open_host(host) as target:
+        report.host = target.label
+        profile = target.recorded_profile() if recorded else _load(profile_ref)
         if profile is None:
             return report.nothing_recorded()
         report.profile = profile.name
         try:
-            result = run_provision(target, profile, dry_run=dry_run, force=force,
-                                   confirm=_confirm_for(yes, as_json), hook=_sim_kill_hook(target),
-                                   lock_timeout=lock_timeout, vf_timeout=vf_timeout)
+            result = target.provision(profile, dry_run=dry_run, force=force, confirm=_confirm_for(yes, as_json),
+                                      hook=_sim_kill_hook(target), lock_timeout=lock_timeout, vf_timeout=vf_timeout)
         except Refusal as exc:
             return report.refused(exc)
     report.done(result)
-    if dry_run and not result.plan.in_sync:
-        return ExitCode.CHANGES_PENDING
+    if (dry_run and not result.plan.in_sync) or result.pending:
+        return ExitCode.CHANGES_PENDING  # planned only, or applied but waiting for a reboot of the host
     return ExitCode.OK
 
 
@@ -156,7 +152,7 @@ def _sim_kill_hook(target):
     exactly that point; VGPU_SIM_TRACE=FILE appends "pid index moment" per step."""
     kill, trace = os.environ.get("VGPU_SIM_KILL_AT"), os.environ.get("VGPU_SIM_TRACE")
     pause, pause_dir = os.environ.get("VGPU_SIM_PAUSE_AT"), os.environ.get("VGPU_SIM_PAUSE_DIR")
-    if target.sim is None or not (kill or trace or (pause and pause_dir)):
+    if getattr(target, "sim", None) is None or not (kill or trace or (pause and pause_dir)):
         return None
 
     def at(spec: str | None, i: int, moment: str) -> bool:
@@ -180,25 +176,24 @@ def _sim_kill_hook(target):
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print status as JSON.")
 @host_options
-def status(as_json, simulate, sim_dir, sysfs_root, snapshot) -> int:
+def status(as_json, host) -> int:
     """Compare the host with its recorded profile, item by item. Exit 0 in sync, 1 drift."""
     from vgpu.cli import planview
     from vgpu.planner import Refusal
-    from vgpu.provision import host_status
 
-    with open_host(simulate, sim_dir, sysfs_root, snapshot) as target:
+    with open_host(host) as target:
         try:
-            result = host_status(target)
+            result = target.status()
         except Refusal as exc:
-            planview.show_refusal(exc, exc.profile, target.paths.label, as_json)
+            planview.show_refusal(exc, exc.profile, target.label, as_json)
             return ExitCode.FAILURE
     from vgpu.cli.render import safe
     for warning in result.warnings:
         click.echo(f"warning: {safe(warning, markup=False)}", err=True)
     if result.profile is None:
-        planview.show_unprovisioned(target.paths.label, as_json, result.unfinished)
+        planview.show_unprovisioned(target.label, as_json, result.unfinished)
     else:
-        planview.show_status(result.profile, target.paths.label, result.items, as_json, result.unfinished)
+        planview.show_status(result.profile, target.label, result.items, as_json, result.unfinished)
     return ExitCode.OK if result.in_sync else ExitCode.FAILURE
 
 
@@ -210,16 +205,15 @@ def status(as_json, simulate, sim_dir, sysfs_root, snapshot) -> int:
 @click.option("--json", "as_json", is_flag=True,
               help="Print the result as JSON (schema vgpu.provision/v1); never asks: disruptive plans need --yes.")
 @host_options
-def release(dry_run, yes, force, lock_timeout, as_json, simulate, sim_dir, sysfs_root, snapshot) -> int:
+def release(dry_run, yes, force, lock_timeout, as_json, host) -> int:
     """Return the host to its default state: VFs off vfio-pci, vgpu's config and boot unit removed."""
     from vgpu.cli import planview
-    from vgpu.provision import release as run_release
 
     report = planview.ProvisionReport("release", as_json, None)
-    with report, open_host(simulate, sim_dir, sysfs_root, snapshot) as target:
-        report.host = target.paths.label
-        result = run_release(target, dry_run=dry_run, force=force, confirm=_confirm_for(yes, as_json),
-                             lock_timeout=lock_timeout)
+    with report, open_host(host) as target:
+        report.host = target.label
+        result = target.release(dry_run=dry_run, force=force, confirm=_confirm_for(yes, as_json),
+                                lock_timeout=lock_timeout)
     report.done(result)
     return ExitCode.CHANGES_PENDING if dry_run and not result.plan.in_sync else ExitCode.OK
 
@@ -230,19 +224,17 @@ def release(dry_run, yes, force, lock_timeout, as_json, simulate, sim_dir, sysfs
 @click.option("-o", "--output", default="-", metavar="FILE|-", show_default=True,
               help="Write the profile here; - for standard output.")
 @host_options
-def export(name, model, output, simulate, sim_dir, sysfs_root, snapshot) -> None:
+def export(name, model, output, host) -> None:
     """Write the host's current GPU setup as a profile (that `plan` reports in sync)."""
     import yaml
 
     from vgpu.cli.output import write_output
-    from vgpu.export import export_profile
-    from vgpu.host.discovery import discover
     from vgpu.inputs import output_target
     from vgpu.profiles import load_profile_text
 
     target = output_target(output, "profile output")  # checked before the host is read
-    with open_host(simulate, sim_dir, sysfs_root, snapshot) as host_target:
-        data = export_profile(discover(host_target.paths), name, model)
+    with open_host(host) as host_target:
+        data = host_target.export(name, model)
     text = yaml.safe_dump(data, sort_keys=False)
     load_profile_text(text, source=f"{name}.yaml")  # what we export must load back
     write_output(target, text.encode(), "profile output", mode=0o644)

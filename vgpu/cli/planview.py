@@ -14,6 +14,9 @@ def show_plan(plan: Plan, warnings: list[str]) -> None:
         out.print(f"[green]in sync[/]: {safe(plan.host)} already matches profile {safe(plan.profile)};"
                   " nothing to do")
         return
+    _show_pending(out, plan.pending)
+    if not plan.steps:
+        return
     undo = plan.action == "rollback"
     title = (f"Rollback of the interrupted {plan.profile} run on {plan.host} (each step undone, in this order)"
              if undo else f"Plan: {plan.profile} on {plan.host}")
@@ -31,6 +34,12 @@ def show_plan(plan: Plan, warnings: list[str]) -> None:
     how = {"apply": f" Apply with `vgpu provision --profile {safe(plan.profile)}`.",
            "release": " Apply with `vgpu release`."}.get(plan.action, "")
     out.print(f"{len(plan.steps)} step(s), {verdict}.{how}")
+
+
+def _show_pending(out, pending) -> None:
+    """What must happen outside vgpu before the host can match the profile (an ESXi reboot)."""
+    for line in pending:
+        out.print(f"[bold yellow]pending[/] (vgpu does not do this): {safe(line)}")
 
 
 def _show_vms(out, plan: Plan) -> None:
@@ -109,6 +118,12 @@ def show_provision(result) -> None:
         out.print(f"[yellow]warning:[/] {safe(w)}")
     for line in result.outcome.applied:
         out.print(f"[green]done[/] {safe(line)}")
+    pending = getattr(result, "pending", ())
+    if pending:
+        _show_pending(out, pending)
+        out.print(f"[bold yellow]not finished[/]: the steps above were applied and read back; {safe(result.plan.host)} "
+                  "matches the profile once the pending action is done and provision runs again")
+        return
     out.print(f"[bold green]verified[/]: {safe(result.plan.host)} now matches {safe(result.plan.profile)}"
               " (read back from the host)")
 

@@ -18,11 +18,11 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from vgpu.errors import ApplyError, HostError, InputError, InterruptedRun, LockedError, VgpuError
-from vgpu.host import steps as handlers
 from vgpu.host.files import FileStore
 from vgpu.inputs import InputFileError, load_json, write_error
 from vgpu.model.plan import Plan, Step, step_from_dict
@@ -170,11 +170,46 @@ def _entries(journal: Journal, data: dict) -> list[tuple[Step, dict, bool]]:
 
 
 StepHook = Callable[[int, Step, str], None]  # (index, step, "before"|"after")
+Prepare = Callable[[Any, Any], dict]
+Change = Callable[[Any, Any, dict], None]
+
+
+class StepTable:
+    """How one platform applies and undoes each kind of step it plans: (prepare, apply, undo) per step
+    type. ``plans`` names every step type that platform's planners emit; a type without a handler is
+    an error when the table is built (at import), never a KeyError in the middle of a run."""
+
+    def __init__(self, platform: str, handlers: dict[type[Step], tuple[Prepare, Change, Change]],
+                 plans: tuple[type[Step], ...]):
+        missing = [t.kind for t in plans if t not in handlers]
+        extra = [t.kind for t in handlers if t not in plans]
+        if missing or extra:
+            raise TypeError(f"{platform} step table: no handler for {missing}, handlers for unplanned {extra}")
+        self.platform = platform
+        self.handlers = dict(handlers)
+
+    def _for(self, step: Step) -> tuple[Prepare, Change, Change]:
+        try:
+            return self.handlers[type(step)]
+        except KeyError:  # a journal from the other platform, or a bug
+            raise HostError(f"{self.platform} cannot apply a {step.kind} step") from None
+
+    def prepare(self, step: Step, ctx) -> dict:
+        return self._for(step)[0](step, ctx)
+
+    def apply(self, step: Step, ctx, info: dict) -> None:
+        self._for(step)[1](step, ctx, info)
+
+    def undo(self, step: Step, ctx, info: dict) -> None:
+        self._for(step)[2](step, ctx, info)
 
 
 class Executor:
-    def __init__(self, ctx: handlers.Context, state_dir: Path, hook: StepHook | None = None):
+    def __init__(self, ctx, state_dir: Path, hook: StepHook | None = None, table: StepTable | None = None):
+        if table is None:
+            from vgpu.host.steps import TABLE as table  # the Linux/KVM handlers
         self.ctx = ctx
+        self.table = table
         self.journal = Journal(state_dir)
         self.hook = hook
 
@@ -216,12 +251,12 @@ class Executor:
             self.journal.save(data)
             for index, step in enumerate(plan.steps):
                 try:
-                    info = handlers.prepare(step, self.ctx)
+                    info = self.table.prepare(step, self.ctx)
                     data["entries"].append({"step": step.to_dict(), "info": info, "done": False})
                     self.journal.save(data)
                     self._fire(index, step, "before")
                     done.append((step, info))
-                    handlers.apply(step, self.ctx, info)
+                    self.table.apply(step, self.ctx, info)
                     data["entries"][-1]["done"] = True
                     self.journal.save(data)
                     self._fire(index, step, "after")
@@ -267,7 +302,7 @@ class Executor:
         undone, errors = [], []
         for step, info in reversed(done):
             try:
-                handlers.undo(step, self.ctx, info)
+                self.table.undo(step, self.ctx, info)
                 undone.append(step.describe())
             except Exception as exc:  # keep going: a partial rollback beats none
                 errors.append(f"{step.describe()}: {_as_vgpu_error(exc).message}")

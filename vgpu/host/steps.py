@@ -15,12 +15,13 @@ from typing import Any
 
 from vgpu.errors import HostError, VgpuError
 from vgpu.host import binding, kmsg
+from vgpu.host.executor import StepTable
 from vgpu.host.files import FileStore
 from vgpu.host.kernel import KernelOps
 from vgpu.host.paths import HostPaths
 from vgpu.model.pci import PciAddress
 from vgpu.model.plan import (AttachFunctions, BindDevice, DetachFunctions, BindVfs, InstallPersistence, ReloadGim,
-                             SetMemoryPartition, Step, UnbindDevice, WriteFile)
+                             SetMemoryPartition, UnbindDevice, WriteFile)
 from vgpu.persist import STATE_RECORD, UNIT_LINK, UNIT_LINK_TARGET, UNIT_PATH
 from vgpu.planner import GIM_CONFIG
 
@@ -51,18 +52,6 @@ class Context:
 
     def module_loaded(self, name: str) -> bool:
         return (self.paths.sys / "module" / name).is_dir()
-
-
-def prepare(step: Step, ctx: Context) -> dict:
-    return HANDLERS[type(step)][0](step, ctx)
-
-
-def apply(step: Step, ctx: Context, info: dict) -> None:
-    HANDLERS[type(step)][1](step, ctx, info)
-
-
-def undo(step: Step, ctx: Context, info: dict) -> None:
-    HANDLERS[type(step)][2](step, ctx, info)
 
 
 # write-file ---------------------------------------------------------------------------------
@@ -273,7 +262,7 @@ def _detach_apply(step: DetachFunctions, ctx: Context, info: dict) -> None:
     ctx.hv().detach(step.vm, step.functions)
 
 
-HANDLERS = {
+TABLE = StepTable("Linux/KVM", {
     WriteFile: (_file_prepare, _file_apply, _file_undo),
     ReloadGim: (_reload_prepare, _reload_apply, _reload_undo),
     SetMemoryPartition: (_mem_prepare, _mem_apply, _mem_undo),
@@ -283,4 +272,5 @@ HANDLERS = {
     InstallPersistence: (_persist_prepare, _persist_apply, _persist_undo),
     AttachFunctions: (_vm_prepare, _attach_apply, _vm_restore),
     DetachFunctions: (_vm_prepare, _detach_apply, _vm_restore),
-}
+}, plans=(WriteFile, ReloadGim, SetMemoryPartition, BindVfs, BindDevice, UnbindDevice, InstallPersistence,
+          AttachFunctions, DetachFunctions))

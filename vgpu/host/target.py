@@ -44,3 +44,39 @@ class HostTarget:
         if self.paths.etc is None:
             return FileStore(None)
         return FileStore(self.paths.etc)
+
+    # -- the platform interface (vgpu/platform.py): what every command does with a host -------------------------
+
+    platform = "linux"
+
+    @property
+    def label(self) -> str:
+        return self.paths.label
+
+    def discover(self, source: str = "auto"):
+        from vgpu.host.discovery import discover
+        return discover(self.paths, source=source)
+
+    def plan(self, profile):
+        from vgpu.provision import plan_profile
+        return plan_profile(self, profile)
+
+    def provision(self, profile, **options):
+        from vgpu.provision import provision
+        return provision(self, profile, **options)
+
+    def recorded_profile(self):
+        from vgpu.provision import recorded_profile
+        return recorded_profile(self)
+
+    def status(self):
+        from vgpu.provision import host_status
+        return host_status(self)
+
+    def release(self, **options):
+        from vgpu.provision import release
+        return release(self, **options)
+
+    def export(self, name: str, model: str | None) -> dict:
+        from vgpu.export import export_profile
+        return export_profile(self.discover(), name, model)

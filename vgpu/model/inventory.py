@@ -158,6 +158,7 @@ class Inventory:
     findings: tuple[Finding, ...] = ()
     source: str = "/sys"
     unidentified: tuple[PciAddress, ...] = ()  # functions that may be GPUs but whose ids cannot be read
+    platform: str = "linux"  # "linux" (sysfs/udev, KVM) or "esxi" (the vSphere API)
 
     @property
     def ready(self) -> bool:
@@ -179,7 +180,7 @@ class Inventory:
         return {"schema": INVENTORY_SCHEMA, "source": self.source, "ready": self.ready,
                 "gpus": [_jsonable(asdict(g)) for g in self.gpus],
                 "host": _jsonable(asdict(self.facts)),
-                "findings": [_jsonable(asdict(f)) for f in self.findings]}
+                "findings": [_jsonable(asdict(f)) for f in self.findings], "platform": self.platform}
 
 
 def pci_id(value: int) -> str:

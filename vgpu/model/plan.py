@@ -173,9 +173,72 @@ class DetachFunctions(Step):
         return f"detach {', '.join(str(a) for a in self.functions)} from VM {self.vm}"
 
 
+# -- ESXi (vgpu/esxi): whole GPUs by DirectPath I/O through the vSphere API ------------------------------------
+
+
+@dataclass(frozen=True)
+class SetPassthrough(Step):
+    """Enable (or disable) DirectPath I/O on one host PCI device (HostPciPassthruSystem, applyNow)."""
+
+    kind = "set-passthrough"
+    address: PciAddress
+    enabled: bool = True
+    disruption: Disruption = field(default_factory=Disruption)  # disabling: running VMs that have the GPU
+
+    def describe(self) -> str:
+        return f"{'enable' if self.enabled else 'disable'} passthrough (DirectPath I/O) on {self.address}"
+
+
+@dataclass(frozen=True)
+class AttachPassthrough(Step):
+    """Add GPUs to a powered-off VM as VirtualPCIPassthrough devices, with EFI firmware, all memory
+    reserved and a 64-bit MMIO window that holds their BARs (docs/esxi.md)."""
+
+    kind = "attach-passthrough"
+    vm: str
+    functions: tuple[PciAddress, ...]
+    mmio_gb: int
+    firmware_was: str = "efi"  # "bios": the step switches the VM to EFI
+
+    def describe(self) -> str:
+        efi = "EFI firmware" + (" (now BIOS)" if self.firmware_was != "efi" else "")
+        settings = f"{efi}, all memory reserved, 64-bit MMIO {self.mmio_gb} GB"
+        if not self.functions:  # it has its GPUs, but not what starting with them needs
+            return f"set {settings} on VM {self.vm} (its GPUs cannot start without them)"
+        return f"attach {', '.join(str(a) for a in self.functions)} to VM {self.vm} (DirectPath I/O; {settings})"
+
+
+@dataclass(frozen=True)
+class DetachPassthrough(Step):
+    """Remove the GPUs vgpu attached from a powered-off VM (release)."""
+
+    kind = "detach-passthrough"
+    vm: str
+    functions: tuple[PciAddress, ...]
+
+    def describe(self) -> str:
+        return f"detach {', '.join(str(a) for a in self.functions)} from VM {self.vm}"
+
+
+@dataclass(frozen=True)
+class RecordProfile(Step):
+    """Record (``record`` None: forget) the applied profile for a host vgpu reaches remotely, in the
+    controller's state directory: ESXi keeps passthrough and VM settings across reboots by itself."""
+
+    kind = "record-profile"
+    profile: str
+    record: str | None
+    where: str = ""
+
+    def describe(self) -> str:
+        if self.record is None:
+            return f"forget the recorded profile ({self.where})"
+        return f"record profile {self.profile} ({self.where})"
+
+
 STEP_TYPES: dict[str, type[Step]] = {cls.kind: cls for cls in (
     WriteFile, ReloadGim, SetMemoryPartition, BindVfs, BindDevice, UnbindDevice, InstallPersistence,
-    AttachFunctions, DetachFunctions)}
+    AttachFunctions, DetachFunctions, SetPassthrough, AttachPassthrough, DetachPassthrough, RecordProfile)}
 
 
 @dataclass(frozen=True)
@@ -190,10 +253,13 @@ class Plan:
     # which VM gets which functions once the plan is applied (the profile's `vms`); None when it cannot be
     # known yet (a PF that does not report where its VFs will appear)
     vms: tuple[tuple[str, tuple[PciAddress, ...]], ...] | None = ()
+    # what must happen outside vgpu before the rest can be applied (an ESXi host that activates
+    # passthrough only at its next reboot); the host is not in sync while any is left
+    pending: tuple[str, ...] = ()
 
     @property
     def in_sync(self) -> bool:
-        return not self.steps
+        return not self.steps and not self.pending
 
     @property
     def disruptive(self) -> bool:
@@ -210,7 +276,7 @@ class Plan:
         return {"schema": PLAN_SCHEMA, "action": self.action, "profile": self.profile, "host": self.host,
                 "in_sync": self.in_sync,
                 "disruptive": self.disruptive, "warnings": list(self.warnings),
-                "steps": [s.to_dict() for s in self.steps],
+                "steps": [s.to_dict() for s in self.steps], "pending": list(self.pending),
                 "vms": None if self.vms is None else {vm: [str(a) for a in fns] for vm, fns in self.vms}}
 
 

@@ -1,0 +1,221 @@
+"""Reaching an ESXi host (standalone, or one host of a vCenter) through the vSphere API with pyVmomi.
+
+Credentials never come from the command line: the password is read from ``--esxi-password-file``
+or ``$VGPU_ESXI_PASSWORD``, and a URL carrying ``user:password@`` is refused. TLS is verified
+against the system's CAs (or ``--esxi-ca FILE``); a pinned SHA-256 certificate thumbprint is the
+explicit alternative; ``--insecure`` turns verification off and says so on every run. Every failure
+to connect is one sentence: wrong credentials, unreachable, certificate not trusted or not the
+pinned one, an API older than 8.0, a host in maintenance mode (docs/esxi.md).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from vgpu.errors import HostError, InputError, RefusedError, RemoteError
+
+PASSWORD_ENV = "VGPU_ESXI_PASSWORD"
+USER_ENV = "VGPU_ESXI_USER"
+MIN_API = (8, 0)  # ROCm 7.0 supports MI300X on ESXi 8 (docs/hardware.md §6)
+CONNECT_TIMEOUT = 30.0  # seconds for TCP + TLS + each SOAP exchange
+_THUMBPRINT = re.compile(r"^(?:[0-9A-Fa-f]{2}:){31}[0-9A-Fa-f]{2}$")
+_MAX_PASSWORD = 4096
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where and as whom to connect. ``password`` never appears in repr, logs or reports."""
+
+    url: str
+    host: str
+    port: int
+    user: str
+    password: str = field(repr=False)
+    thumbprint: str | None = None  # SHA-256, "AA:BB:..." (32 pairs)
+    ca_file: Path | None = None
+    insecure: bool = False
+    host_name: str | None = None  # which host, when the URL is a vCenter with several
+
+    @property
+    def label(self) -> str:
+        return f"ESXi {self.host_name or self.host}"
+
+
+def endpoint(url: str, *, user: str | None = None, password_file: Path | None = None,
+             thumbprint: str | None = None, ca_file: Path | None = None, insecure: bool = False,
+             host_name: str | None = None) -> Endpoint:
+    """Check the connection options (nothing is contacted yet). Raises InputError."""
+    parts = urlsplit(url if "//" in url else f"https://{url}")
+    if parts.scheme not in ("https", "http"):
+        raise InputError(f"--esxi {url!r}: the URL must be https://HOST[:PORT]",
+                         hint="for example --esxi https://esxi01.example.com")
+    if parts.username is not None or parts.password is not None:
+        raise InputError("--esxi: the URL carries credentials; they must not be on the command line",
+                         hint=f"set {USER_ENV} or --esxi-user, and {PASSWORD_ENV} or --esxi-password-file")
+    if parts.scheme == "http" and not insecure:
+        raise InputError("--esxi: plain http sends the password in clear text",
+                         hint="use https://, or --insecure for a test server")
+    if not parts.hostname:
+        raise InputError(f"--esxi {url!r}: no host name in the URL")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise InputError(f"--esxi {url!r}: the port is not a number from 1 to 65535") from None
+    if thumbprint is not None and not _THUMBPRINT.match(thumbprint):
+        raise InputError("--esxi-thumbprint must be the certificate's SHA-256 fingerprint, 32 hex pairs "
+                         "separated by colons",
+                         hint="openssl s_client -connect HOST:443 </dev/null | openssl x509 -noout "
+                              "-fingerprint -sha256")
+    if thumbprint is not None and insecure:
+        raise InputError("--esxi-thumbprint and --insecure contradict each other: pin the certificate, or do not "
+                         "check it")
+    if ca_file is not None and (thumbprint is not None or insecure):
+        raise InputError("--esxi-ca cannot be combined with --esxi-thumbprint or --insecure")
+    return Endpoint(url=f"{parts.scheme}://{parts.hostname}:{port}{parts.path or '/sdk'}", host=parts.hostname,
+                    port=port, user=user or os.environ.get(USER_ENV) or "root",
+                    password=_password(password_file), thumbprint=thumbprint.upper() if thumbprint else None,
+                    ca_file=ca_file, insecure=insecure or parts.scheme == "http", host_name=host_name)
+
+
+def _password(password_file: Path | None) -> str:
+    if password_file is not None:
+        from vgpu.inputs import read_text
+        text = read_text(password_file, "password file", limit=_MAX_PASSWORD)
+        password = text[:-1] if text.endswith("\n") else text
+        if not password or "\n" in password:
+            raise InputError(f"password file {password_file}: it must hold the password on one line")
+        return password
+    password = os.environ.get(PASSWORD_ENV)
+    if not password:
+        raise InputError("no password for the ESXi host",
+                         hint=f"set {PASSWORD_ENV}, or give --esxi-password-file FILE (mode 0600)")
+    return password
+
+
+def _ssl_context(ep: Endpoint) -> ssl.SSLContext | None:
+    if ep.url.startswith("http:"):
+        return None
+    if ep.insecure or ep.thumbprint:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE  # the pinned thumbprint is checked by pyVmomi on the same connection
+        return ctx
+    try:
+        return ssl.create_default_context(cafile=str(ep.ca_file) if ep.ca_file else None)
+    except (OSError, ssl.SSLError) as exc:
+        raise InputError(f"--esxi-ca {ep.ca_file}: not a readable PEM certificate file ({exc})") from None
+
+
+@dataclass
+class Session:
+    """A logged-in service instance, the API version and the one host vgpu works on."""
+
+    si: object
+    content: object
+    host: object  # vim.HostSystem
+    endpoint: Endpoint
+    api_version: str
+
+    def close(self) -> None:
+        from pyVim.connect import Disconnect
+        try:
+            Disconnect(self.si)
+        except Exception:  # the session may be gone already; closing is best effort
+            pass
+
+
+def connect(ep: Endpoint) -> Session:
+    """Log in and find the host. Raises RemoteError (exit 9), RefusedError (exit 4)."""
+    from pyVim.connect import SmartConnect
+    from pyVmomi import Security, vim
+
+    kwargs = dict(host=ep.host, port=ep.port, user=ep.user, pwd=ep.password, httpConnectionTimeout=CONNECT_TIMEOUT,
+                  protocol="http" if ep.url.startswith("http:") else "https", path=urlsplit(ep.url).path or "/sdk")
+    if kwargs["protocol"] == "https":
+        kwargs["sslContext"] = _ssl_context(ep)
+    if ep.thumbprint:
+        kwargs["thumbprint"] = ep.thumbprint.replace(":", "")
+    where = f"{ep.host}:{ep.port}"
+    try:
+        si = SmartConnect(**kwargs)
+    except vim.fault.InvalidLogin:
+        raise RemoteError(f"{where}: the user name or password was not accepted (user {ep.user})",
+                          hint=f"check {USER_ENV}/--esxi-user and the password; the account needs the vgpu role "
+                               "(docs/esxi.md)") from None
+    except Security.ThumbprintMismatchException:
+        raise RemoteError(f"{where}: the server's certificate is not the pinned one (--esxi-thumbprint)",
+                          hint="if the host's certificate was renewed, check the new fingerprint out of band "
+                               "and pin it") from None
+    except ssl.SSLCertVerificationError as exc:
+        raise RemoteError(f"{where}: the server's TLS certificate is not trusted ({exc.verify_message})",
+                          hint="install the host's CA (--esxi-ca FILE), or pin its certificate with "
+                               "--esxi-thumbprint SHA256") from None
+    except ssl.SSLError as exc:
+        raise RemoteError(f"{where}: TLS failed ({exc.reason or exc})") from None
+    except (socket.timeout, TimeoutError):
+        raise RemoteError(f"{where}: no answer within {CONNECT_TIMEOUT:.0f} s") from None
+    except OSError as exc:
+        raise RemoteError(f"{where}: cannot connect ({exc.strerror or exc})",
+                          hint="check the URL, the port and that the host is up") from None
+    except vim.fault.HostConnectFault as exc:
+        raise RemoteError(f"{where}: {exc.msg}") from None
+    except Exception as exc:  # pyVmomi raises plain Exceptions for protocol trouble (not a vSphere endpoint)
+        raise RemoteError(f"{where}: not a vSphere API endpoint ({type(exc).__name__}: {exc})") from None
+    try:
+        content = si.RetrieveContent()
+        version = str(content.about.apiVersion)
+        if _version(version) < MIN_API:
+            raise RefusedError(f"{where} runs vSphere API {version} ({content.about.fullName}); vgpu needs ESXi 8.0 "
+                               "or later (ROCm 7.0 supports MI300X on ESXi 8)",
+                               hint="upgrade the host to ESXi 8")
+        host = _find_host(content, ep)
+    except BaseException:
+        Session(si, None, None, ep, "").close()
+        raise
+    return Session(si, content, host, ep, version)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(p) for p in text.split(".")[:2])
+    except ValueError:
+        return (0,)
+
+
+def _find_host(content, ep: Endpoint):
+    from pyVmomi import vim
+
+    view = content.viewManager.CreateContainerView(content.rootFolder, [vim.HostSystem], True)
+    try:
+        hosts = list(view.view)
+    finally:
+        view.Destroy()
+    if ep.host_name is not None:
+        chosen = [h for h in hosts if h.name == ep.host_name]
+        if not chosen:
+            raise InputError(f"{ep.host}: no host named {ep.host_name!r}",
+                             hint="hosts there: " + ", ".join(sorted(h.name for h in hosts)[:20]))
+        return chosen[0]
+    if len(hosts) != 1:
+        raise InputError(f"{ep.host} manages {len(hosts)} hosts: say which one with --esxi-host NAME",
+                         hint="hosts there: " + ", ".join(sorted(h.name for h in hosts)[:20]))
+    return hosts[0]
+
+
+def task_error(exc) -> str:
+    """One sentence from a vSphere fault (its message, or the reason a GenericVmConfigFault carries)."""
+    parts = [getattr(exc, "msg", None) or "", getattr(exc, "reason", None) or ""]
+    for m in getattr(exc, "faultMessage", None) or ():
+        parts.append(getattr(m, "message", "") or "")
+    text = "; ".join(dict.fromkeys(p for p in parts if p and not p.startswith("*types.")))
+    return text or type(exc).__name__
+
+
+def host_error(what: str, exc) -> HostError:
+    return HostError(f"{what}: {task_error(exc)}")

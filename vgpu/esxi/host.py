@@ -1,0 +1,298 @@
+"""What vgpu reads from and changes on an ESXi host, through the vSphere API. The only module that
+calls pyVmomi objects (besides the connection and the spec builders in vgpu/esxi/specs.py).
+
+Reading gives plain data (:class:`HostState`: PCI devices with their passthrough state, VMs with
+their passthrough devices and settings). Changing is three operations: toggle passthrough on a
+device (``HostPciPassthruSystem.UpdatePassthruConfig``), and reconfigure a powered-off VM to add or
+remove GPUs (``ReconfigVM_Task``), or to put back a saved configuration. :class:`EsxiHypervisor`
+gives the VM side the same interface libvirt's has (vgpu/hypervisor/base.py), so the VM planning and
+the journal's undo work the same on both platforms.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from vgpu.errors import HostError, InputError, InUseError, RemoteError
+from vgpu.esxi import specs
+from vgpu.esxi.connect import Session, task_error
+from vgpu.hypervisor.base import DomainInfo, holding
+from vgpu.model.pci import PciAddress
+
+# vSphere power states -> the libvirt state names the rest of vgpu uses (an active VM holds its devices)
+POWER_STATES = {"poweredOn": "running", "poweredOff": "shutoff", "suspended": "pmsuspended"}
+TASK_TIMEOUT = 600.0  # seconds; a reconfigure takes seconds on a real host
+
+
+@dataclass(frozen=True)
+class PciDevice:
+    address: PciAddress
+    vendor: int
+    device: int
+    subsystem: tuple[int, int]
+    class_id: int  # 16-bit class/subclass, as the API gives it
+    name: str
+    capable: bool = False
+    enabled: bool = False
+    active: bool = False
+    numa_node: int | None = None
+
+
+@dataclass(frozen=True)
+class VmConfig:
+    name: str
+    uuid: str
+    power: str  # poweredOn | poweredOff | suspended
+    firmware: str  # bios | efi
+    memory_mb: int
+    locked: bool  # memoryReservationLockedToMax
+    passthrough: tuple[PciAddress, ...]  # host functions its configuration has (VirtualPCIPassthrough)
+    extra: dict[str, str] = field(default_factory=dict)  # extraConfig
+
+    @property
+    def assigned(self) -> tuple[PciAddress, ...]:
+        """The functions vgpu attached (its mark in extraConfig), of those the VM still has."""
+        return tuple(a for a in specs.parse_mark(self.extra.get(specs.MARK_KEY, "")) if a in self.passthrough)
+
+    def domain(self) -> DomainInfo:
+        return DomainInfo(self.name, self.uuid, POWER_STATES.get(self.power, self.power), self.passthrough,
+                          assigned=self.assigned)
+
+
+@dataclass(frozen=True)
+class HostState:
+    name: str
+    uuid: str
+    api_version: str
+    product: str
+    maintenance: bool
+    devices: tuple[PciDevice, ...]
+    vms: tuple[VmConfig, ...]
+
+    def device(self, address: PciAddress) -> PciDevice | None:
+        return next((d for d in self.devices if d.address == address), None)
+
+    def vm(self, name: str) -> VmConfig | None:
+        return next((v for v in self.vms if v.name == name), None)
+
+
+def _u16(value) -> int:
+    """The API's signed xsd:short ids (two's complement above 0x7fff) as the unsigned PCI id."""
+    return int(value) & 0xFFFF
+
+
+class EsxiHost:
+    """One ESXi host behind a logged-in session."""
+
+    def __init__(self, session: Session):
+        self.session = session
+        self.label = f"ESXi {session.host.name}"  # read once: it names the host after the session closed too
+
+    # -- reading -------------------------------------------------------------------------------------
+
+    def read(self) -> HostState:
+        return self._call(self._read)
+
+    def _read(self) -> HostState:
+        host = self.session.host
+        hw = host.hardware
+        numa = {}
+        for node in (getattr(getattr(hw, "numaInfo", None), "numaNode", None) or ()):
+            for pci in node.pciId or ():
+                numa[str(pci).lower()] = int(node.typeId)
+        infos = {i.id.lower(): i for i in (host.config.pciPassthruInfo or ())}
+        devices = []
+        for d in hw.pciDevice or ():
+            try:
+                address = PciAddress.parse(d.id)
+            except InputError:
+                continue  # an id this version cannot read: not a GPU vgpu can assign
+            info = infos.get(d.id.lower())
+            devices.append(PciDevice(address, _u16(d.vendorId), _u16(d.deviceId),
+                                     (_u16(d.subVendorId), _u16(d.subDeviceId)), _u16(d.classId),
+                                     str(d.deviceName or ""), bool(info and info.passthruCapable),
+                                     bool(info and info.passthruEnabled), bool(info and info.passthruActive),
+                                     numa.get(d.id.lower())))
+        return HostState(str(host.name), str(hw.systemInfo.uuid), self.session.api_version,
+                         str(self.session.content.about.fullName), bool(host.runtime.inMaintenanceMode),
+                         tuple(sorted(devices, key=lambda d: d.address)), tuple(self._vms()))
+
+    def _vms(self) -> list[VmConfig]:
+        from pyVmomi import vim
+
+        out = []
+        for vm in self.session.host.vm or ():
+            cfg = vm.config
+            if cfg is None or cfg.template:
+                continue
+            functions = []
+            for dev in cfg.hardware.device or ():
+                if isinstance(dev, vim.vm.device.VirtualPCIPassthrough) and isinstance(
+                        dev.backing, vim.vm.device.VirtualPCIPassthrough.DeviceBackingInfo):
+                    try:
+                        functions.append(PciAddress.parse(dev.backing.id))
+                    except InputError:
+                        continue
+            extra = {str(o.key): str(o.value) for o in cfg.extraConfig or ()}
+            out.append(VmConfig(str(vm.name), str(cfg.uuid), str(vm.runtime.powerState), str(cfg.firmware or "bios"),
+                                int(cfg.hardware.memoryMB), bool(cfg.memoryReservationLockedToMax),
+                                tuple(functions), extra))
+        return sorted(out, key=lambda v: v.name)
+
+    def passthrough_targets(self, vm_name: str) -> dict[PciAddress, tuple[object, str]]:
+        """The devices ESXi offers this VM for DirectPath I/O: address -> (HostPciDevice, systemId)."""
+        def query():
+            vm = self._vm_object(vm_name)
+            target = vm.environmentBrowser.QueryConfigTarget(self.session.host)
+            out = {}
+            for p in target.pciPassthrough or ():
+                try:
+                    out[PciAddress.parse(p.pciDevice.id)] = (p.pciDevice, str(p.systemId))
+                except (InputError, AttributeError):
+                    continue
+            return out
+        return self._call(query)
+
+    # -- changing ------------------------------------------------------------------------------------
+
+    def set_passthrough(self, address: PciAddress, enabled: bool) -> None:
+        from pyVmomi import vim
+
+        config = vim.host.PciPassthruConfig(id=str(address), passthruEnabled=enabled, applyNow=True)
+        system = self.session.host.configManager.pciPassthruSystem
+        if system is None:
+            raise HostError(f"{self.label} has no PCI passthrough system (configManager.pciPassthruSystem)")
+        try:
+            self._call(lambda: system.UpdatePassthruConfig([config]))
+        except vim.fault.VimFault as exc:
+            raise HostError(f"{'enabling' if enabled else 'disabling'} passthrough on {address} failed: "
+                            f"{task_error(exc)}") from None
+
+    def reconfigure(self, vm_name: str, spec, what: str) -> None:
+        from pyVim.task import WaitForTask
+        from pyVmomi import vim
+
+        def run():
+            vm = self._vm_object(vm_name)
+            task = vm.ReconfigVM_Task(spec)
+            WaitForTask(task, raiseOnError=True, si=self.session.si)
+        try:
+            self._call(run)
+        except vim.fault.InvalidPowerState:
+            raise InUseError(f"{what}: VM {vm_name} is powered on, and ESXi changes PCI passthrough devices only "
+                             "while a VM is off", hint="power the VM off, then run vgpu again") from None
+        except vim.fault.VimFault as exc:
+            raise HostError(f"{what}: {task_error(exc)}") from None
+
+    # -- plumbing ------------------------------------------------------------------------------------
+
+    def _vm_object(self, name: str):
+        for vm in self.session.host.vm or ():
+            if vm.name == name:
+                return vm
+        raise HostError(f"{self.label} has no VM named {name}")
+
+    def _call(self, fn):
+        """Run ``fn``; when the session was dropped (expired, or terminated by an administrator) log in
+        again once and retry. A host that stops answering is one RemoteError."""
+        from pyVmomi import vim
+
+        try:
+            try:
+                return fn()
+            except vim.fault.NotAuthenticated:
+                self._relogin()
+                return fn()
+        except (ConnectionError, OSError) as exc:
+            raise RemoteError(f"{self.label} stopped answering ({type(exc).__name__}: {exc})",
+                              hint="check the host and the network; rerun vgpu, which rolls back an interrupted "
+                                   "run first") from None
+
+    def _relogin(self) -> None:
+        from pyVmomi import vim
+
+        ep = self.session.endpoint
+        try:
+            self.session.content.sessionManager.Login(ep.user, ep.password)
+        except vim.fault.InvalidLogin:
+            raise RemoteError(f"the session with {self.label} ended and logging in again was refused",
+                              hint="check the credentials and rerun") from None
+
+
+class EsxiHypervisor:
+    """The VM side of an ESXi host, with libvirt's interface (vgpu.hypervisor.base.Hypervisor)."""
+
+    def __init__(self, host: EsxiHost, bars: dict[PciAddress, int]):
+        self.host = host
+        self.bars = bars  # 64-bit BAR bytes per GPU the profile may assign (docs/esxi.md, MMIO sizing)
+
+    def domains(self) -> list[DomainInfo]:
+        return [v.domain() for v in self.host.read().vms]
+
+    def holders(self, addresses: Iterable[PciAddress]) -> dict[PciAddress, list[DomainInfo]]:
+        return holding(self.domains(), addresses)
+
+    def attach(self, domain: str, addresses: Sequence[PciAddress], *, numa_node: int | None,
+               bar64_bytes: int) -> None:
+        vm = self._powered_off(domain, "attaching GPUs")
+        offered = self.host.passthrough_targets(domain)
+        missing = [a for a in addresses if a not in offered]
+        if missing:
+            raise HostError(f"ESXi does not offer {', '.join(map(str, missing))} for passthrough to VM {domain} "
+                            "(passthrough not active on the host)",
+                            hint="run `vgpu plan`: a host reboot may be pending")
+        spec = specs.attach_spec(vm, [(a, *offered[a]) for a in addresses], self._window_bytes(vm, addresses))
+        self.host.reconfigure(domain, spec, f"attaching {', '.join(map(str, addresses))} to VM {domain}")
+
+    def _window_bytes(self, vm: VmConfig, adding: Sequence[PciAddress]) -> int:
+        functions = dict.fromkeys((*vm.passthrough, *adding))
+        return sum(self.bars.get(a, 0) for a in functions)
+
+    def detach(self, domain: str, addresses: Sequence[PciAddress]) -> None:
+        vm = self._powered_off(domain, "detaching GPUs")
+        remaining = [a for a in vm.passthrough if a not in addresses]
+        spec = specs.detach_spec(self._device_objects(domain), addresses, vm,
+                                 sum(self.bars.get(a, 0) for a in remaining))
+        self.host.reconfigure(domain, spec, f"detaching {', '.join(map(str, addresses))} from VM {domain}")
+
+    def definition(self, domain: str) -> str:
+        """The VM's restorable configuration (JSON): passthrough devices, firmware, memory lock, the
+        extraConfig keys vgpu may change."""
+        vm = self.host.read().vm(domain)
+        if vm is None:
+            raise HostError(f"{self.host.label} has no VM named {domain}")
+        return specs.saved_config(vm, self._backings(domain))
+
+    def restore(self, domain: str, saved: str) -> None:
+        vm = self._powered_off(domain, "restoring the configuration")
+        data = json.loads(saved)
+        spec = specs.restore_spec(vm, self._device_objects(domain), data)
+        if spec is not None:
+            self.host.reconfigure(domain, spec, f"restoring VM {domain}'s configuration")
+
+    def _powered_off(self, domain: str, what: str) -> VmConfig:
+        vm = self.host.read().vm(domain)
+        if vm is None:
+            raise HostError(f"{what}: {self.host.label} has no VM named {domain}")
+        if vm.power != "poweredOff":
+            raise InUseError(f"{what}: VM {domain} is {vm.power}; ESXi changes passthrough devices only while a VM "
+                             "is off", hint="power it off, then run vgpu again")
+        return vm
+
+    def _device_objects(self, domain: str) -> list:
+        from pyVmomi import vim
+
+        def read():
+            vm = self.host._vm_object(domain)
+            return [d for d in vm.config.hardware.device or () if isinstance(d, vim.vm.device.VirtualPCIPassthrough)]
+        return self.host._call(read)
+
+    def _backings(self, domain: str) -> list[dict]:
+        out = []
+        for dev in self._device_objects(domain):
+            b = dev.backing
+            out.append({"id": str(b.id), "deviceId": str(b.deviceId), "vendorId": int(b.vendorId),
+                        "systemId": str(b.systemId), "deviceName": str(getattr(b, "deviceName", "") or "")})
+        return out

@@ -1,0 +1,104 @@
+"""How ESXi applies and undoes each step it plans (the counterpart of vgpu/host/steps.py).
+
+``prepare`` reads what undo needs before anything changes (the executor journals it first);
+``undo`` puts that back and is safe to run twice or after a partial apply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from vgpu.errors import HostError
+from vgpu.esxi.host import EsxiHost, EsxiHypervisor
+from vgpu.fsutil import atomic_write
+from vgpu.host.executor import StepTable
+from vgpu.inputs import read_optional
+from vgpu.model.plan import AttachPassthrough, DetachPassthrough, RecordProfile, SetPassthrough
+
+RECORD = "state.json"
+
+
+@dataclass
+class EsxiContext:
+    host: EsxiHost
+    hypervisor: EsxiHypervisor
+    state_dir: Path
+    baseline: dict | None = None  # the executor's (unused here: ESXi has no config files)
+
+    def read_record(self) -> str | None:
+        raw = read_optional(self.state_dir / RECORD, "config file")
+        return None if raw is None else raw.decode("utf-8", "replace")
+
+    def write_record(self, text: str | None) -> None:
+        path = self.state_dir / RECORD
+        if text is None:
+            path.unlink(missing_ok=True)
+        else:
+            atomic_write(path, text, 0o644)
+
+
+# set-passthrough -------------------------------------------------------------------------------------------------
+
+def _pt_prepare(step: SetPassthrough, ctx: EsxiContext) -> dict:
+    device = ctx.host.read().device(step.address)
+    if device is None:
+        raise HostError(f"{ctx.host.label} has no PCI device {step.address}")
+    return {"enabled": device.enabled}
+
+
+def _pt_apply(step: SetPassthrough, ctx: EsxiContext, info: dict) -> None:
+    ctx.host.set_passthrough(step.address, step.enabled)
+    device = ctx.host.read().device(step.address)
+    if device is None or device.enabled != step.enabled:
+        raise HostError(f"passthrough on {step.address} reads back as "
+                        f"{'enabled' if device and device.enabled else 'disabled'} after the change")
+
+
+def _pt_undo(step: SetPassthrough, ctx: EsxiContext, info: dict) -> None:
+    device = ctx.host.read().device(step.address)
+    if device is not None and device.enabled != bool(info.get("enabled")):
+        ctx.host.set_passthrough(step.address, bool(info.get("enabled")))
+
+
+# attach-passthrough / detach-passthrough ---------------------------------------------------------------------------
+
+def _vm_prepare(step: AttachPassthrough | DetachPassthrough, ctx: EsxiContext) -> dict:
+    return {"saved": ctx.hypervisor.definition(step.vm)}  # undo puts exactly this back
+
+
+def _attach_apply(step: AttachPassthrough, ctx: EsxiContext, info: dict) -> None:
+    ctx.hypervisor.attach(step.vm, step.functions, numa_node=None, bar64_bytes=0)
+
+
+def _detach_apply(step: DetachPassthrough, ctx: EsxiContext, info: dict) -> None:
+    ctx.hypervisor.detach(step.vm, step.functions)
+
+
+def _vm_restore(step: AttachPassthrough | DetachPassthrough, ctx: EsxiContext, info: dict) -> None:
+    saved = info.get("saved")
+    if not saved or ctx.host.read().vm(step.vm) is None:
+        return  # nothing saved yet, or the VM is gone: no configuration to put back
+    ctx.hypervisor.restore(step.vm, saved)
+
+
+# record-profile ----------------------------------------------------------------------------------------------------
+
+def _record_prepare(step: RecordProfile, ctx: EsxiContext) -> dict:
+    return {"before": ctx.read_record()}
+
+
+def _record_apply(step: RecordProfile, ctx: EsxiContext, info: dict) -> None:
+    ctx.write_record(step.record)
+
+
+def _record_undo(step: RecordProfile, ctx: EsxiContext, info: dict) -> None:
+    ctx.write_record(info.get("before"))
+
+
+TABLE = StepTable("ESXi", {
+    SetPassthrough: (_pt_prepare, _pt_apply, _pt_undo),
+    AttachPassthrough: (_vm_prepare, _attach_apply, _vm_restore),
+    DetachPassthrough: (_vm_prepare, _detach_apply, _vm_restore),
+    RecordProfile: (_record_prepare, _record_apply, _record_undo),
+}, plans=(SetPassthrough, AttachPassthrough, DetachPassthrough, RecordProfile))
