@@ -101,15 +101,44 @@ def _password(password_file: Path | None) -> str:
 def _ssl_context(ep: Endpoint) -> ssl.SSLContext | None:
     if ep.url.startswith("http:"):
         return None
-    if ep.insecure or ep.thumbprint:
+    if ep.thumbprint:
+        return _pinned_context(ep)
+    if ep.insecure:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE  # the pinned thumbprint is checked by pyVmomi on the same connection
+        ctx.verify_mode = ssl.CERT_NONE
         return ctx
     try:
         return ssl.create_default_context(cafile=str(ep.ca_file) if ep.ca_file else None)
     except (OSError, ssl.SSLError) as exc:
         raise InputError(f"--esxi-ca {ep.ca_file}: not a readable PEM certificate file ({exc})") from None
+
+
+def _pinned_context(ep: Endpoint) -> ssl.SSLContext:
+    """Trust exactly the certificate whose SHA-256 fingerprint was pinned: fetch it, compare, and make
+    it the only trust anchor of every connection that follows (so a different certificate later fails
+    verification, whatever CA signed it)."""
+    import hashlib
+
+    where = f"{ep.host}:{ep.port}"
+    try:
+        pem = ssl.get_server_certificate((ep.host, ep.port), timeout=CONNECT_TIMEOUT)
+    except (socket.timeout, TimeoutError):
+        raise RemoteError(f"{where}: no answer within {CONNECT_TIMEOUT:.0f} s") from None
+    except (OSError, ssl.SSLError) as exc:
+        raise RemoteError(f"{where}: cannot connect ({getattr(exc, 'strerror', None) or exc})",
+                          hint="check the URL, the port and that the host is up") from None
+    digest = hashlib.sha256(ssl.PEM_cert_to_DER_cert(pem)).hexdigest().upper()
+    actual = ":".join(digest[i:i + 2] for i in range(0, len(digest), 2))
+    if actual != ep.thumbprint:
+        raise RemoteError(f"{where}: the server's certificate is not the pinned one (--esxi-thumbprint); it presents "
+                          f"{actual}",
+                          hint="if the host's certificate was renewed, check the new fingerprint out of band and pin "
+                               "it")
+    ctx = ssl.create_default_context(cadata=pem)
+    ctx.check_hostname = False  # the pin names the certificate, not a host name
+    ctx.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN  # the leaf itself is the anchor, CA-signed or not
+    return ctx
 
 
 @dataclass
@@ -133,14 +162,12 @@ class Session:
 def connect(ep: Endpoint) -> Session:
     """Log in and find the host. Raises RemoteError (exit 9), RefusedError (exit 4)."""
     from pyVim.connect import SmartConnect
-    from pyVmomi import Security, vim
+    from pyVmomi import vim
 
     kwargs = dict(host=ep.host, port=ep.port, user=ep.user, pwd=ep.password, httpConnectionTimeout=CONNECT_TIMEOUT,
                   protocol="http" if ep.url.startswith("http:") else "https", path=urlsplit(ep.url).path or "/sdk")
     if kwargs["protocol"] == "https":
         kwargs["sslContext"] = _ssl_context(ep)
-    if ep.thumbprint:
-        kwargs["thumbprint"] = ep.thumbprint.replace(":", "")
     where = f"{ep.host}:{ep.port}"
     try:
         si = SmartConnect(**kwargs)
@@ -148,11 +175,10 @@ def connect(ep: Endpoint) -> Session:
         raise RemoteError(f"{where}: the user name or password was not accepted (user {ep.user})",
                           hint=f"check {USER_ENV}/--esxi-user and the password; the account needs the vgpu role "
                                "(docs/esxi.md)") from None
-    except Security.ThumbprintMismatchException:
-        raise RemoteError(f"{where}: the server's certificate is not the pinned one (--esxi-thumbprint)",
-                          hint="if the host's certificate was renewed, check the new fingerprint out of band "
-                               "and pin it") from None
     except ssl.SSLCertVerificationError as exc:
+        if ep.thumbprint:
+            raise RemoteError(f"{where}: the server's certificate changed after it matched the pinned one",
+                              hint="check the host; rerun") from None
         raise RemoteError(f"{where}: the server's TLS certificate is not trusted ({exc.verify_message})",
                           hint="install the host's CA (--esxi-ca FILE), or pin its certificate with "
                                "--esxi-thumbprint SHA256") from None

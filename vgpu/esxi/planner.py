@@ -186,8 +186,10 @@ def _settings_ok(vm: VmConfig, bars: Mapping[PciAddress, int]) -> bool:
     if not vm.passthrough:
         return True
     window = sum(bars.get(a, 0) for a in vm.passthrough)
-    size = _int(vm.extra.get(MMIO_SIZE))
-    mmio = vm.extra.get("pciPassthru.use64bitMMIO", "").upper() == "TRUE" and (size << 30) >= window
+    # the catalog's BAR is the VRAM BAR only: the window must be what vgpu sizes (twice, a power of two), not
+    # just the BAR, which a 256 GB window "holds" while power-on fails on the small BARs beside it
+    mmio = (vm.extra.get("pciPassthru.use64bitMMIO", "").upper() == "TRUE"
+            and _int(vm.extra.get(MMIO_SIZE)) >= mmio_gb(window))
     return vm.firmware == "efi" and vm.locked and (mmio or window == 0)
 
 
