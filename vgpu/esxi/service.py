@@ -166,8 +166,8 @@ def provision(target: EsxiTarget, profile, *, dry_run: bool = False, force: bool
                 _merge(outcome, _run(target, plan, result.inventory, hook,
                                      verify=lambda: _verify(target, profile, force)))
             except ApplyError as exc:
-                if first is None:
-                    raise
+                if first is None or Journal(target.state_dir).load() is not None:
+                    raise  # nothing before it, or its rollback was incomplete: the journal is for the next run
                 _undo_first(target, first, result.inventory, exc, record_before)
         final = plan_profile(target, profile, force=force).plan
     return ProvisionResult(result.plan, outcome, recovered, False, result.warnings, final.pending)

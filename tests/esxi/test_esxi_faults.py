@@ -1,0 +1,91 @@
+"""Crashes and dropped sessions in the middle of an ESXi provision."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from tests.esxi.conftest import GPUS, PROFILE
+
+CHILD = textwrap.dedent("""
+    import os, signal, sys
+    from vgpu.esxi.connect import connect, endpoint
+    from vgpu.esxi.service import EsxiTarget
+    from vgpu.profiles import load_profile
+    url, ca, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    target = EsxiTarget(connect(endpoint(url, ca_file=ca)))
+    attached = []
+    def hook(index, step, moment):
+        if step.kind == "attach-passthrough" and moment == "after":
+            attached.append(step.vm)
+            if len(attached) == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)  # a crash: no rollback, the journal stays
+    target.provision(load_profile(sys.argv[4]), hook=hook)
+""")
+
+
+def test_a_crash_mid_run_is_rolled_back_by_the_next_run(esxi):
+    host = esxi()
+    before = host.snapshot()
+    # killed after the second VM got its GPU (the host's passthrough round had completed)
+    child = subprocess.run([sys.executable, "-c", CHILD, host.url, str(host.sim.ca_file), "2", PROFILE],
+                           env=host.env, capture_output=True, text=True, timeout=120)
+    assert child.returncode == -9, child.stderr
+    mid = host.snapshot()
+    assert mid["gpu-vm-00"]["devices"] and mid["gpu-vm-01"]["devices"] and not mid["gpu-vm-02"]["devices"]
+
+    status = host.run("status")
+    assert status.returncode == 1 and "interrupted" in (status.stdout + status.stderr)
+    release = host.run("release", "--dry-run")
+    assert release.returncode in (0, 3)
+
+    r = host.run("provision", "--profile", PROFILE, "--yes")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "recovered" in r.stdout and "undid" in r.stdout
+    assert host.run("plan", "--profile", PROFILE).returncode == 0
+    assert host.run("release", "--yes").returncode == 0
+    assert host.snapshot() == before
+
+
+def test_a_session_dropped_mid_run_logs_in_again_and_finishes(esxi, monkeypatch):
+    from vgpu.esxi.connect import connect, endpoint
+    from vgpu.esxi.service import EsxiTarget
+    from vgpu.profiles import load_profile
+
+    host = esxi()
+    for key, value in host.env.items():
+        if key.startswith("VGPU_"):
+            monkeypatch.setenv(key, value)
+    target = EsxiTarget(connect(endpoint(host.url, ca_file=host.sim.ca_file)))
+    admin = host.admin()
+    dropped = []
+
+    def hook(index, step, moment):
+        if moment == "after" and not dropped:  # an administrator ends every other session
+            manager = admin.RetrieveContent().sessionManager
+            mine = manager.currentSession.key
+            others = [s.key for s in manager.sessionList if s.key != mine]
+            manager.TerminateSession(others)
+            dropped.extend(others)
+    try:
+        result = target.provision(load_profile(PROFILE), hook=hook)
+    finally:
+        target.close()
+    assert dropped, "no session was terminated"
+    assert not result.pending and len(result.outcome.applied) == 8 + 8 + 1
+    after = host.snapshot()
+    assert all(after[f"gpu-vm-{i:02d}"]["devices"][0][0] == gpu for i, gpu in enumerate(GPUS))
+
+
+def test_the_host_going_away_is_one_line_and_the_journal_is_kept(esxi):
+    host = esxi()
+    child = subprocess.run([sys.executable, "-c", CHILD.replace("os.kill(os.getpid(), signal.SIGKILL)",
+                                                                "os.kill(int(os.environ['VCSIM_PID']), signal.SIGKILL)"),
+                            host.url, str(host.sim.ca_file), "2", PROFILE],
+                           env={**host.env, "VCSIM_PID": str(host.sim.proc.pid)}, capture_output=True, text=True,
+                           timeout=120)
+    assert child.returncode == 1
+    assert "stopped answering" in child.stderr or "cannot connect" in child.stderr, child.stderr[-2000:]
+    journal = host.state_dir / "esxi"
+    assert any(journal.rglob("journal*")), "the journal must stay for the next run to roll back"
