@@ -26,17 +26,24 @@ APT_REALKERNEL := qemu-system-x86 debootstrap
 # Tier 3 Molecule hosts: systemd-nspawn Debian 12 roots (debootstrap, cached in /var/cache/vgpu-molecule) and a
 # local signed apt repository (dpkg-deb, apt-ftparchive, gpg).
 APT_MOLECULE := systemd-container debootstrap apt-utils gpg iproute2 openssh-client
+# The simulated ESXi 8 host (make demo and the ESXi tier): govmomi's vSphere API simulator, built offline from
+# Debian's source of govmomi with Go (tools/vcsim/main.go, cached in ~/.cache/vgpu/vcsim).
+APT_ESXI := golang-go golang-github-vmware-govmomi-dev
 
 
-.PHONY: test-e2e test-hostile test-ansible test-molecule deps-molecule collections
+.PHONY: test-e2e test-esxi test-hostile test-ansible test-molecule deps-molecule deps-esxi collections
 .PHONY: demo test deps-runtime deps-test deps-realkernel venv test-unit test-udev test-integration test-hip \
         test-realkernel bench clean
 
-demo: deps-runtime venv
+demo: deps-runtime deps-esxi venv
 	@tools/demo.sh "$(VENV)"
 
 test: deps-test venv
-	$(MAKE) --no-print-directory test-unit test-hostile test-e2e test-udev test-hip test-integration test-realkernel test-ansible test-molecule
+	$(MAKE) --no-print-directory test-unit test-hostile test-e2e test-esxi test-udev test-hip test-integration test-realkernel test-ansible test-molecule
+
+# ESXi 8 through the vSphere API: the real CLI against govmomi's simulator over HTTPS (pyVmomi is never mocked).
+test-esxi: deps-esxi
+	$(PYTEST) -q -n $(JOBS) tests/esxi
 
 # End to end on simulated hosts: the real CLI and services, crashes, faults, races.
 test-e2e:
@@ -88,8 +95,11 @@ bench: venv
 deps-runtime:
 	@tools/apt-ensure.sh $(APT_RUNTIME)
 
-deps-test: deps-runtime
+deps-test: deps-runtime deps-esxi
 	@tools/apt-ensure.sh $(APT_TEST)
+
+deps-esxi:
+	@tools/apt-ensure.sh $(APT_ESXI)
 
 deps-realkernel:
 	@tools/apt-ensure.sh $(APT_REALKERNEL)

@@ -21,9 +21,10 @@ GPUS = ("0000:05:00.0", "0000:26:00.0", "0000:46:00.0", "0000:65:00.0",
 
 
 @pytest.fixture(scope="session")
-def vcsim_binary(tmp_path_factory) -> Path:
+def vcsim_binary() -> Path:
+    """Built once from tools/vcsim/main.go (keyed by its hash) into $VGPU_VCSIM_CACHE or ~/.cache/vgpu/vcsim."""
     cache = os.environ.get("VGPU_VCSIM_CACHE")
-    return build(Path(cache) if cache else tmp_path_factory.mktemp("vcsim-build"))
+    return build(Path(cache) if cache else None)
 
 
 def gpu_vms(n: int = 8, **kw) -> list[VmSpec]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.esxi.conftest import GPUS, PROFILE, gpu_vms
+from conftest import GPUS, PROFILE, gpu_vms
 from vgpu.sim.vcsim import SYSTEM_ID, EsxiSpec, VmSpec
 
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import textwrap
 
-from tests.esxi.conftest import GPUS, PROFILE
+from conftest import GPUS, PROFILE
 
 CHILD = textwrap.dedent("""
     import os, signal, sys

@@ -8,6 +8,7 @@ over HTTPS with pyVmomi. Building needs Go and Debian's govmomi source (``golang
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -36,13 +37,19 @@ def build(cache: Path | None = None) -> Path:
         raise HostError(f"{SOURCE} is missing: the ESXi simulator is built from a vgpu checkout")
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
     out = (cache or cache_dir()) / digest / "vgpu-vcsim"
-    if out.is_file():
-        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / ".lock", "w") as lock:  # parallel test workers build it once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not out.is_file():
+            _build(out)
+    return out
+
+
+def _build(out: Path) -> None:
     go = shutil.which("go")
     if go is None or not (GOCODE / "src/github.com/vmware/govmomi/simulator").is_dir():
         raise HostError("the ESXi simulator needs Go and govmomi's source",
                         hint="apt-get install golang-go golang-github-vmware-govmomi-dev (make demo does)")
-    out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="vgpu-vcsim-") as tmp:
         src = Path(tmp) / "src" / "vgpu-vcsim"
         src.mkdir(parents=True)
@@ -55,7 +62,6 @@ def build(cache: Path | None = None) -> Path:
         if proc.returncode != 0:
             raise HostError(f"building the ESXi simulator failed: {proc.stderr.strip()[-2000:]}")
         os.replace(staged, out)
-    return out
 
 
 @dataclass
