@@ -2,7 +2,8 @@
 # `make demo`: the whole flow on a simulated host, no GPU needed.
 # discover -> readiness -> define 2 VMs -> plan -> provision mi300x-4vf (VFs attached to the VMs) -> status
 # -> plan again (in sync)
-# -> the refusal on standard firmware (TotalVFs=1) -> validate simulated guests -> reports.
+# -> the refusal on standard firmware (TotalVFs=1) -> validate simulated guests -> reports
+# -> the same commands on a simulated ESXi 8 host (the vSphere API): discover, plan, provision, status, release.
 set -euo pipefail
 venv=${1:-.venv}
 vgpu="$venv/bin/vgpu"
@@ -62,5 +63,39 @@ step "Validate simulated guests (driver, ROCm 7.0, partition, HIP, FP8) and writ
      vgpu validate --simulate --report-dir "$reports"
 set +e; "$vgpu" validate --simulate --report-dir "$reports"; rc=$?; set -e
 [ "$rc" -le 1 ] || { echo "demo: validate exited $rc" >&2; exit 1; }
+
+# --- the same commands on a VMware ESXi 8 host, through the vSphere API -------------------------------------
+esxi_dir="$demo_dir/esxi"
+rm -rf -- "$esxi_dir"
+export VGPU_STATE_DIR="$esxi_dir/state"  # the controller-side lock, journal and record of the demo's ESXi host
+step "Start a simulated ESXi 8 host (govmomi's vSphere API simulator, 8 x MI300X) with two powered-off VMs" \
+     vgpu sim esxi --dir "$esxi_dir" --vm gpu-vm-00 --vm gpu-vm-01
+"$vgpu" sim esxi --dir "$esxi_dir" --vm gpu-vm-00 --vm gpu-vm-01 &
+esxi_pid=$!
+trap 'kill "$esxi_pid" 2>/dev/null || true' EXIT
+for _ in $(seq 1 600); do [ -s "$esxi_dir/esxi.env" ] && break; sleep 0.1; done
+[ -s "$esxi_dir/esxi.env" ] || { echo "demo: the simulated ESXi host did not start" >&2; exit 1; }
+url=$(sed -n 's/^VGPU_ESXI_URL=//p' "$esxi_dir/esxi.env")
+user=$(sed -n 's/^VGPU_ESXI_USER=//p' "$esxi_dir/esxi.env")
+esxi=(--esxi "$url" --esxi-user "$user" --esxi-ca "$esxi_dir/ca.pem" --esxi-password-file "$esxi_dir/password")
+
+step "Discover its GPUs through the vSphere API (TLS verified against its CA)" vgpu discover --esxi "$url" ...
+"$vgpu" discover "${esxi[@]}"
+
+step "Plan mi300x-esxi-passthrough: passthrough on, each VM gets a whole GPU, EFI, memory reserved, MMIO sized" \
+     vgpu plan --profile mi300x-esxi-passthrough --esxi "$url" ...
+expect 3 "$vgpu" plan --profile mi300x-esxi-passthrough "${esxi[@]}"
+
+step "Provision it, verified by read-back" vgpu provision --profile mi300x-esxi-passthrough --esxi "$url" ... --yes
+"$vgpu" provision --profile mi300x-esxi-passthrough "${esxi[@]}" --yes
+
+step "Status and plan again: in sync" vgpu status --esxi "$url" ...
+expect 0 "$vgpu" status "${esxi[@]}"
+expect 0 "$vgpu" plan --profile mi300x-esxi-passthrough "${esxi[@]}"
+
+step "Release: the VMs get back exactly their previous configuration, passthrough off" vgpu release --esxi "$url" ... --yes
+"$vgpu" release "${esxi[@]}" --yes
+kill "$esxi_pid" 2>/dev/null || true
+wait "$esxi_pid" 2>/dev/null || true
 
 printf '\n\033[1;32mDemo complete.\033[0m Reports: %s/validation-report.html (open in a browser), validation-report.json, validation-report.junit.xml\n' "$reports"

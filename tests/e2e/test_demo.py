@@ -25,6 +25,11 @@ def test_demo_script_runs_the_whole_flow(tmp_path):
     assert "done attach 0000:05:02.1 to VM gpu-vm-01" in out  # the VMs the demo defined get their VFs
     assert "in sync: simulated 8xmi300x already matches profile mi300x-4vf" in out
     assert "4 VFs exceed this PF's TotalVFs of 1" in out  # the refusal on standard firmware
+    # the ESXi part: the same commands through the vSphere API against the simulated ESXi 8 host
+    assert "done attach 0000:26:00.0 to VM gpu-vm-01 (DirectPath I/O" in out
+    assert "in sync: ESXi esxi-sim-01 already matches profile mi300x-esxi-passthrough" in out
+    assert "done detach 0000:05:00.0 from VM gpu-vm-00" in out
+    assert (tmp_path / "demo" / "esxi" / "state").is_dir() and not (tmp_path / "demo" / "esxi" / "password").stat().st_mode & 0o077
     report = json.loads((tmp_path / "reports" / "validation-report.json").read_text())
     assert report["guests"] and report["summary"]
     # the simulated host the demo used stays where it said, not in the caller's default sim dir

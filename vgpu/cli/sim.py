@@ -102,3 +102,42 @@ def vm(names: tuple[str, ...], running: bool, sim_dir: str | None) -> None:
         hv.define_domain(name, running=running)
         click.echo(f"defined VM {name} ({'running' if running else 'shut off'})")
 
+
+
+@sim.command("esxi")
+@click.option("--dir", "workdir", required=True, type=click.Path(file_okay=False), metavar="DIR",
+              help="Where to write how to reach it: esxi.env, ca.pem, password (0600), the log.")
+@click.option("--machine", default="8xmi300x", show_default=True, metavar="NAME|FILE",
+              help="The machine spec whose PCI devices the host has (the same specs as --simulate).")
+@click.option("--vm", "vms", multiple=True, metavar="NAME", help="A powered-off VM to create (repeat).")
+def esxi(workdir: str, machine: str, vms: tuple[str, ...]) -> None:
+    """Serve a simulated ESXi 8 host (the vSphere API over HTTPS) until interrupted.
+
+    It is govmomi's vSphere simulator extended for DirectPath I/O (tools/vcsim/main.go), so it runs from a
+    vgpu checkout with Go and golang-github-vmware-govmomi-dev installed. Point vgpu at it with
+    `--esxi URL --esxi-ca DIR/ca.pem --esxi-password-file DIR/password` (DIR/esxi.env has the values).
+    """
+    import os
+    import secrets
+    import signal
+    import threading
+    from pathlib import Path
+
+    from vgpu.fsutil import atomic_write
+    from vgpu.sim.vcsim import EsxiSpec, Vcsim, VmSpec
+
+    work = Path(workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    spec = EsxiSpec(machine=machine, vms=[VmSpec(v) for v in vms], password=secrets.token_urlsafe(18))
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    with Vcsim(spec, work) as server:
+        atomic_write(work / "password", spec.password + "\n", 0o600)
+        atomic_write(work / "ca.pem", server.ca_file.read_bytes(), 0o644)
+        atomic_write(work / "esxi.env", f"VGPU_ESXI_URL={server.url}\nVGPU_ESXI_USER={spec.user}\n"
+                     f"VGPU_ESXI_THUMBPRINT={server.thumbprint}\n", 0o644)
+        click.echo(f"simulated ESXi 8 host {spec.name} at {server.url} (pid {os.getpid()}); "
+                   f"reach it with --esxi {server.url} --esxi-ca {work / 'ca.pem'} "
+                   f"--esxi-password-file {work / 'password'}", err=True)
+        stop.wait()
