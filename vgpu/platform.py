@@ -19,6 +19,7 @@ from vgpu.model.inventory import Inventory
 class Platform(Protocol):
     platform: str  # "linux" | "esxi"
     read_only: bool  # a capture: it can be read, never changed
+    step_hook: object  # None, or called around each applied step (a simulated host's test hooks)
 
     @property
     def label(self) -> str:

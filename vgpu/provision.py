@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from vgpu.catalog import Mode
 from vgpu.errors import InUseError, InputError, RefusedError, VgpuError
 from vgpu.host.discovery import discover
-from vgpu.host.executor import Executor, Journal, Outcome, StepHook, host_lock, lock_holder, pending_run
+from vgpu.executor import Executor, Journal, Outcome, StepHook, host_lock, lock_holder, pending_run
 from vgpu.host.holders import function_holders
 from vgpu.host.steps import Context, verify_with_gim_log
 from vgpu.host.target import HostTarget
@@ -25,7 +25,7 @@ from vgpu.model.inventory import Inventory
 from vgpu.model.plan import Plan, Problem
 from vgpu.persist import STATE_RECORD, UNIT_LINK, UNIT_PATH, state_record, unit_text
 from vgpu.planner import GIM_CONFIG, MODPROBE_CONF, MODULES_LOAD, Desired, Refusal, Target, make_plan
-from vgpu.vms import PlannedVms, attach_steps, detach_steps, open_target_hypervisor, planned_vms, vm_view
+from vgpu.vms import PlannedVms, attach_steps, detach_steps, planned_vms, vm_view
 
 TRACKED_FILES = (GIM_CONFIG, MODPROBE_CONF, MODULES_LOAD, STATE_RECORD, UNIT_PATH, UNIT_LINK)
 
@@ -71,7 +71,7 @@ def plan_profile(target: HostTarget, profile) -> PlanResult:
     warnings: list[str] = []
     view = vm_view(target, inv, warnings)
     holders = function_holders(target.paths, inv, view.holders)
-    if target.sim is None and not target.read_only and os.geteuid() != 0:
+    if target.local_processes and not target.read_only and os.geteuid() != 0:
         warnings.append("not running as root: other users' processes holding VFIO devices could not be checked")
     desired = desired_state(profile, inv)
     vm_problems: list[Problem] = []
@@ -325,7 +325,7 @@ def _context(target: HostTarget, kernel, vf_timeout: float) -> Context:
 
     def hypervisor():
         if not opened:
-            opened.append(open_target_hypervisor(target))
+            opened.append(target.open_hypervisor())
         return opened[0]
     return Context(target.paths, kernel, target.files, vf_timeout=vf_timeout, hypervisor=hypervisor)
 

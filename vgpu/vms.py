@@ -65,19 +65,8 @@ class VmView:
     domains: dict[str, DomainInfo] | None = None  # None: libvirt was not asked (a capture) or is unreachable
 
 
-def hypervisor_state(target) -> Path | None:
-    """Where the simulated hypervisor of a simulated host keeps its VMs (None on a real host)."""
-    return sim_hypervisor_dir(target.sim.root) if target.sim is not None else None
-
-
 def sim_hypervisor_dir(sim_root: Path) -> Path:
     return Path(sim_root) / "var" / "lib" / "libvirt-sim"
-
-
-def open_target_hypervisor(target):
-    from vgpu.hypervisor import open_hypervisor
-
-    return open_hypervisor(sim_state=hypervisor_state(target)) if target.sim is not None else open_hypervisor()
 
 
 def vm_view(target, inv: Inventory, warnings: list[str]) -> VmView:
@@ -90,7 +79,7 @@ def vm_view(target, inv: Inventory, warnings: list[str]) -> VmView:
         return VmView()
     addresses = [fn.address for g in inv.gpus for fn in (g, *g.vfs)]
     try:
-        domains = {d.name: d for d in open_target_hypervisor(target).domains()}
+        domains = {d.name: d for d in target.open_hypervisor().domains()}
     except ImportError:
         warnings.append("libvirt-python is not installed: which VMs use the GPUs was not checked")
         return VmView()

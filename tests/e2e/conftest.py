@@ -62,7 +62,7 @@ def hypervisor_of(host):
 
 
 def target_of(host) -> HostTarget:
-    return HostTarget(HostPaths.under(host.root, label=f"simulated {host.machine.name}"), sim=host)
+    return host.target()
 
 
 def inventory(host):

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from vgpu.errors import ApplyError, HostError
-from vgpu.host.executor import host_lock
+from vgpu.executor import host_lock
 from vgpu.profiles import load_profile
 from vgpu.provision import plan_profile, provision
 
@@ -182,7 +182,7 @@ def test_sigkill_inside_a_step_then_next_run_converges(sim, op):
 
 
 def test_a_rollback_that_failed_half_way_is_never_taken_for_a_completed_run(sim):
-    from vgpu.host.executor import Journal, pending_run
+    from vgpu.executor import Journal, pending_run
     host = sim()
     target = target_of(host)
     n = step_count(sim, "mi300x-4vf")

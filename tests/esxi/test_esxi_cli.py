@@ -192,6 +192,18 @@ def test_password_file_is_read_safely(esxi, tmp_path):
     assert r.returncode == 5
 
 
+def test_hostile_ca_files_are_refused_without_hanging(esxi, tmp_path):
+    import os
+    host = esxi()
+    fifo = tmp_path / "ca-fifo"
+    os.mkfifo(fifo)
+    junk = tmp_path / "junk.pem"
+    junk.write_bytes(b"\x00\xff" * 1000)
+    for bad in (str(fifo), "/dev/zero", str(junk), str(tmp_path / "missing.pem")):
+        r = host.run("discover", tls=["--esxi", host.url, "--esxi-ca", bad], timeout=20)
+        assert r.returncode == 5 and r.stderr.startswith("error:") and "Traceback" not in r.stderr, (bad, r.stderr)
+
+
 def test_tls_is_verified_by_default_pinning_and_insecure_are_explicit(esxi):
     host = esxi()
     untrusted = host.run("discover", tls=["--esxi", host.url])

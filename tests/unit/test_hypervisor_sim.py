@@ -22,15 +22,18 @@ def by_name(hv) -> dict:
     return {d.name: d for d in hv.domains()}
 
 
-def test_open_hypervisor_with_a_state_dir_gives_the_simulated_one(tmp_path):
-    hv = open_hypervisor(sim_state=tmp_path)
+def test_a_simulated_host_brings_its_own_hypervisor(tmp_path):
+    from vgpu.sim import SimHost
+    from vgpu.vms import sim_hypervisor_dir
+    host = SimHost.create(tmp_path / "sim", machine="8xmi300x")
+    hv = host.target().open_hypervisor()  # chosen where the host is opened, not by the libvirt factory
     assert isinstance(hv, SimHypervisor) and isinstance(hv, Hypervisor)
-    assert hv.dir == tmp_path.resolve() / "hypervisor" and hv.domains() == []
+    assert hv.dir == sim_hypervisor_dir(host.root).resolve() / "hypervisor" and hv.domains() == []
 
 
-def test_uri_and_state_dir_together_are_refused(tmp_path):
-    with pytest.raises(InputError, match="either a libvirt URI or a simulated state dir"):
-        open_hypervisor("test:///default", sim_state=tmp_path)
+def test_the_libvirt_factory_knows_no_simulator():
+    import inspect
+    assert list(inspect.signature(open_hypervisor).parameters) == ["uri"]
 
 
 def test_domains_persist_across_two_instances(tmp_path):
@@ -53,9 +56,9 @@ def test_a_change_in_one_instance_reaches_an_already_open_one(tmp_path):
 
 def test_attach_in_one_process_is_seen_by_another(tmp_path):
     SimHypervisor(tmp_path).define_domain("vm-x", [], running=False)
-    script = ("import sys; from pathlib import Path; from vgpu.hypervisor import open_hypervisor;"
+    script = ("import sys; from pathlib import Path; from vgpu.hypervisor.sim import SimHypervisor;"
               "from vgpu.model.pci import PciAddress as P;"
-              "open_hypervisor(sim_state=Path(sys.argv[1])).attach('vm-x', [P.parse('0000:85:02.0')],"
+              "SimHypervisor(Path(sys.argv[1])).attach('vm-x', [P.parse('0000:85:02.0')],"
               " numa_node=0, bar64_bytes=64 << 30)")
     subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True, cwd=REPO, timeout=60)
     hv = SimHypervisor(tmp_path)

@@ -66,7 +66,7 @@ def test_settle_asks_udevadm_with_a_timeout_and_survives_its_absence(tmp_path):
 
 
 def test_host_lock_where_it_cannot_be_created_is_a_host_error(tmp_path):
-    from vgpu.host.executor import host_lock
+    from vgpu.executor import host_lock
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     with pytest.raises(HostError, match="cannot take the host lock"):

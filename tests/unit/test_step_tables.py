@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vgpu.host.executor import StepTable
+from vgpu.executor import StepTable
 from vgpu.model.plan import STEP_TYPES, SetPassthrough, WriteFile
 
 

@@ -124,14 +124,14 @@ def open_host(choice: HostChoice, *, linux_only: bool = False) -> Iterator:
     if choice.snapshot is not None:
         from vgpu.host.snapshot import open_snapshot
         with open_snapshot(choice.snapshot) as paths:
-            yield HostTarget(paths, read_only=True)
+            yield HostTarget.capture(paths)
         return
     if choice.sysfs_root is not None:
-        yield HostTarget(HostPaths.for_sysfs_root(choice.sysfs_root), read_only=True)
+        yield HostTarget.capture(HostPaths.for_sysfs_root(choice.sysfs_root))
         return
-    if choice.simulate is not None:
+    if choice.simulate is not None:  # the one place the simulator enters: a host like any other
         sim = open_sim(None if choice.simulate == SIM_DEFAULT else choice.simulate, sim_dir_of(choice.sim_dir))
-        yield HostTarget(HostPaths.under(sim.root, label=f"simulated {sim.machine.name}"), sim=sim)
+        yield sim.target()
         return
     yield HostTarget(HostPaths.system())
 

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
-import time
-from pathlib import Path
 
 import click
 
@@ -85,7 +82,7 @@ def provision(profile_ref, recorded, dry_run, yes, force, lock_timeout, vf_timeo
         report.profile = profile.name
         try:
             result = target.provision(profile, dry_run=dry_run, force=force, confirm=_confirm_for(yes, as_json),
-                                      hook=_sim_kill_hook(target), lock_timeout=lock_timeout, vf_timeout=vf_timeout)
+                                      hook=target.step_hook, lock_timeout=lock_timeout, vf_timeout=vf_timeout)
         except Refusal as exc:
             return report.refused(exc)
     report.done(result)
@@ -143,34 +140,6 @@ def _signals_raise():
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-
-
-def _sim_kill_hook(target):
-    """Test hooks, simulated hosts only (never on a real host): VGPU_SIM_KILL_AT=INDEX:before|after
-    SIGKILLs this process at that step; VGPU_SIM_PAUSE_AT=INDEX:before|after with VGPU_SIM_PAUSE_DIR=DIR
-    writes DIR/ready there and waits (at most 60 s) for DIR/go, so a test can send a real signal at
-    exactly that point; VGPU_SIM_TRACE=FILE appends "pid index moment" per step."""
-    kill, trace = os.environ.get("VGPU_SIM_KILL_AT"), os.environ.get("VGPU_SIM_TRACE")
-    pause, pause_dir = os.environ.get("VGPU_SIM_PAUSE_AT"), os.environ.get("VGPU_SIM_PAUSE_DIR")
-    if getattr(target, "sim", None) is None or not (kill or trace or (pause and pause_dir)):
-        return None
-
-    def at(spec: str | None, i: int, moment: str) -> bool:
-        index, _, when = (spec or "").partition(":")
-        return bool(spec) and str(i) == index and moment == (when or "before")
-
-    def hook(i, step, moment):
-        if trace:
-            with open(trace, "a") as fh:
-                fh.write(f"{os.getpid()} {i} {moment}\n")
-        if pause_dir and at(pause, i, moment):
-            Path(pause_dir, "ready").write_text(str(os.getpid()))
-            deadline = time.monotonic() + 60
-            while not Path(pause_dir, "go").exists() and time.monotonic() < deadline:
-                time.sleep(0.01)
-        if at(kill, i, moment):
-            os.kill(os.getpid(), signal.SIGKILL)
-    return hook
 
 
 @click.command()

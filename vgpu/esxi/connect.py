@@ -26,6 +26,7 @@ MIN_API = (8, 0)  # ROCm 7.0 supports MI300X on ESXi 8 (docs/hardware.md §6)
 CONNECT_TIMEOUT = 30.0  # seconds for TCP + TLS + each SOAP exchange
 _THUMBPRINT = re.compile(r"^(?:[0-9A-Fa-f]{2}:){31}[0-9A-Fa-f]{2}$")
 _MAX_PASSWORD = 4096
+_MAX_CA = 1 << 20  # a CA bundle is ~200 KiB
 
 
 @dataclass(frozen=True)
@@ -108,10 +109,14 @@ def _ssl_context(ep: Endpoint) -> ssl.SSLContext | None:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
         return ctx
+    if ep.ca_file is None:
+        return ssl.create_default_context()
+    from vgpu.inputs import read_text
+    pem = read_text(ep.ca_file, "certificate file", limit=_MAX_CA)  # no FIFO, device or huge file
     try:
-        return ssl.create_default_context(cafile=str(ep.ca_file) if ep.ca_file else None)
-    except (OSError, ssl.SSLError) as exc:
-        raise InputError(f"--esxi-ca {ep.ca_file}: not a readable PEM certificate file ({exc})") from None
+        return ssl.create_default_context(cadata=pem)
+    except (ssl.SSLError, ValueError) as exc:
+        raise InputError(f"--esxi-ca {ep.ca_file}: no PEM certificate in it ({exc})") from None
 
 
 def _pinned_context(ep: Endpoint) -> ssl.SSLContext:

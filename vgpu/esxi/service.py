@@ -20,7 +20,7 @@ from vgpu.esxi import planner
 from vgpu.esxi.connect import Session
 from vgpu.esxi.host import EsxiHost, EsxiHypervisor
 from vgpu.esxi.steps import RECORD, TABLE, EsxiContext
-from vgpu.host.executor import Executor, Journal, Outcome, StepHook, host_lock
+from vgpu.executor import Executor, Journal, Outcome, StepHook, host_lock
 from vgpu.model.inventory import Inventory
 from vgpu.model.plan import AttachPassthrough, Plan, Problem, RecordProfile, SetPassthrough
 from vgpu.model.pci import PciAddress
@@ -51,6 +51,7 @@ class EsxiTarget:
     session: Session
     read_only: bool = False
     platform: str = "esxi"
+    step_hook: object = None  # called around each applied step (tests pass one to provision directly)
     host: EsxiHost = field(init=False)
 
     def __post_init__(self):
@@ -224,7 +225,7 @@ def _check_holders(plan: Plan, force: bool) -> None:
 
 def _recover(target: EsxiTarget, force: bool, confirm: Confirm | None) -> list[str]:
     """Deal with a run a crash interrupted (its journal is on this controller) before planning."""
-    from vgpu.host.executor import pending_run
+    from vgpu.executor import pending_run
 
     pending = pending_run(Journal(target.state_dir))
     if pending is None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from vgpu.errors import HostError
 from vgpu.esxi.host import EsxiHost, EsxiHypervisor
 from vgpu.fsutil import atomic_write
-from vgpu.host.executor import StepTable
+from vgpu.executor import StepTable
 from vgpu.inputs import read_optional
 from vgpu.model.plan import AttachPassthrough, DetachPassthrough, RecordProfile, SetPassthrough
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from vgpu.errors import HostError, VgpuError
 from vgpu.host import binding, kmsg
-from vgpu.host.executor import StepTable
+from vgpu.executor import StepTable
 from vgpu.host.files import FileStore
 from vgpu.host.kernel import KernelOps
 from vgpu.host.paths import HostPaths

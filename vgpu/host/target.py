@@ -1,7 +1,12 @@
-"""One host to work on: its paths, its kernel, where vgpu keeps state, whether it may change."""
+"""One Linux/KVM host to work on: its paths, its kernel, its hypervisor, where vgpu keeps state,
+whether it may change. This machine by default; a capture (read-only); or a simulated host, which
+vgpu.sim builds with the same fields (its kernel, its libvirt) at the one place a host is opened
+(vgpu.cli.common.open_host): nothing downstream asks whether the host is simulated.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,29 +18,40 @@ from vgpu.host.paths import HostPaths
 @dataclass
 class HostTarget:
     paths: HostPaths
-    sim: object | None = None  # vgpu.sim.SimHost when simulated
     read_only: bool = False
+    # where vgpu keeps its lock and journal on this host; None for a capture (nothing is applied to it)
+    state: Path | None = Path("/var/lib/vgpu")
+    kernel_ops: object | None = None  # a vgpu.host.kernel.KernelOps; None: the real kernel
+    hypervisor_factory: Callable[[], object] | None = None  # opens its vgpu.hypervisor.Hypervisor; None: libvirt
+    step_hook: Callable | None = None  # called around each applied step (the simulator's test hooks)
+    # False where the processes holding /dev/vfio are not this machine's (a simulated host): no root warning
+    local_processes: bool = True
+
+    @classmethod
+    def capture(cls, paths: HostPaths) -> "HostTarget":
+        return cls(paths, read_only=True, state=None, local_processes=False)
 
     @property
     def state_dir(self) -> Path | None:
-        """Where vgpu keeps its lock and journal on this host (/var/lib/vgpu); None for a capture,
-        which has neither (nothing is ever applied to it)."""
-        if self.sim is not None:
-            return Path(self.sim.root) / "var" / "lib" / "vgpu"
-        if self.read_only:
-            return None
-        return Path("/var/lib/vgpu")
+        return None if self.read_only else self.state
 
     @property
     def kernel(self):
-        """The KernelOps for this host: the simulator's, or the real kernel."""
+        """The KernelOps for this host: the given one (a simulated kernel), or the real kernel."""
         if self.read_only:
             raise InputError(f"{self.paths.label} is a capture: it can be read, not changed",
                              hint="run provisioning commands on the host itself, or with --simulate")
-        if self.sim is not None:
-            return self.sim.kernel
+        if self.kernel_ops is not None:
+            return self.kernel_ops
         from vgpu.host.kernel import LinuxKernel
         return LinuxKernel()
+
+    def open_hypervisor(self):
+        """Its hypervisor: the given factory's (a simulated libvirt), or the host's libvirt."""
+        if self.hypervisor_factory is not None:
+            return self.hypervisor_factory()
+        from vgpu.hypervisor import open_hypervisor
+        return open_hypervisor()
 
     @property
     def files(self) -> FileStore:

@@ -75,6 +75,20 @@ class SimHost:
         (self.state_dir / LOCK_FILE).touch(mode=0o644)
         SimHypervisor(sim_hypervisor_dir(self.root))
 
+    def target(self):
+        """This host as every command sees a host (vgpu.host.target.HostTarget): its tree, its kernel,
+        its libvirt (the test driver), its state dir, and the test hooks of vgpu.sim.hooks."""
+        from vgpu.host.paths import HostPaths
+        from vgpu.host.target import HostTarget
+        from vgpu.hypervisor.sim import SimHypervisor
+        from vgpu.sim.hooks import step_hook_from_env
+        from vgpu.vms import sim_hypervisor_dir
+
+        return HostTarget(HostPaths.under(self.root, label=f"simulated {self.machine.name}"),
+                          state=self.root / "var" / "lib" / "vgpu", kernel_ops=self.kernel,
+                          hypervisor_factory=lambda: SimHypervisor(sim_hypervisor_dir(self.root)),
+                          step_hook=step_hook_from_env(), local_processes=False)
+
     @classmethod
     def open(cls, state_dir: Path) -> "SimHost":
         """An existing simulated host. Raises InputError when missing, unmarked or corrupt."""

@@ -6,6 +6,10 @@ done) in reverse. A run killed mid-way leaves the journal behind: the next run t
 and finds it. If every step had been applied (only the verification was cut short) the steps are
 kept and the next plan verifies them; otherwise the next run rolls them back (after the same holder
 check and confirmation as any disruptive change, vgpu/provision.py) and only then plans afresh.
+
+It is the same for every platform: what a step does is in that platform's StepTable (Linux/KVM:
+vgpu/host/steps.py; ESXi: vgpu/esxi/steps.py), and the lock and journal live in the state
+directory the platform names (/var/lib/vgpu on a Linux host; per ESXi host on the controller).
 """
 
 from __future__ import annotations
