@@ -22,8 +22,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _results import report  # noqa: E402
-from vgpu.host.paths import HostPaths  # noqa: E402
-from vgpu.host.target import HostTarget  # noqa: E402
 from vgpu.profiles import load_profile  # noqa: E402
 from vgpu.provision import plan_profile, provision  # noqa: E402
 from vgpu.sim import SimHost  # noqa: E402
@@ -51,7 +49,7 @@ def main() -> None:
     profile = load_profile("mi300x-4vf")
     with tempfile.TemporaryDirectory() as tmp:
         host = SimHost.create(Path(tmp) / "sim", machine="8xmi300x")
-        target = HostTarget(HostPaths.under(host.root), sim=host)
+        target = host.target()
         spent = timed_kernel(host.kernel)
         t0 = time.perf_counter()
         provision(target, profile)

@@ -174,10 +174,11 @@ def _check_gpu(desired: Desired, target: Target, gpu: Gpu, catalog: Catalog) -> 
 
 
 def make_plan(desired: Desired, inv: Inventory, files: Mapping[str, str | None], holders: Holders,
-              catalog: Catalog = DEFAULT, *, vm_steps: Sequence = (), vm_problems: Sequence[Problem] = ()) -> Plan:
+              catalog: Catalog = DEFAULT, *, vm_steps: Sequence = (), vm_problems: Sequence[Problem] = (),
+              vms=()) -> Plan:
     """The steps that bring ``inv`` to ``desired``. Raises Refusal with every problem found.
     ``vm_steps``/``vm_problems``: the VM side (vgpu/vms.py), run after the devices are bound and
-    before the profile is recorded."""
+    before the profile is recorded; ``vms``: the VM assignment the plan shows (None: not predictable)."""
     problems = check(desired, inv, catalog) + list(vm_problems)
     if problems:
         raise Refusal(desired.profile, problems)
@@ -185,7 +186,7 @@ def make_plan(desired: Desired, inv: Inventory, files: Mapping[str, str | None],
         _passthrough_steps(desired, inv, files, holders)
     steps += list(vm_steps)
     steps += _persistence_steps(desired, files)
-    return Plan(profile=desired.profile, host=inv.source, steps=tuple(steps), warnings=desired.warnings)
+    return Plan(profile=desired.profile, host=inv.source, steps=tuple(steps), warnings=desired.warnings, vms=vms)
 
 
 def _gim_pfs(inv: Inventory, desired: Desired) -> list[Gpu]:

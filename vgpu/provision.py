@@ -80,11 +80,11 @@ def plan_profile(target: HostTarget, profile) -> PlanResult:
     except (RefusedError, InputError) as exc:
         planned, vm_problems = PlannedVms(None), [Problem("vms", exc.message, exc.hint)]
     steps, taken = attach_steps(planned, view.domains, profile.vms.numa_policy.value, warnings)
-    plan = make_plan(desired, inv, current_files(target), holders, vm_steps=steps, vm_problems=vm_problems + taken)
+    plan = make_plan(desired, inv, current_files(target), holders, vm_steps=steps, vm_problems=vm_problems + taken,
+                     vms=planned.vms)
     if planned.vms is None and not vm_problems:
         warnings.append("which VM gets which VF is known only once gim has created the VFs (the PFs do not "
                         "report their SR-IOV offset and stride)")
-    plan = replace(plan, vms=planned.vms)
     warnings += interrupted_run_warnings(target)
     if target.paths.etc is None:
         warnings.append(f"{target.paths.label} has no etc/ beside it: its config files read as absent")

@@ -101,6 +101,11 @@ def test_a_host_that_activates_passthrough_at_boot_stops_with_a_pending_reboot(e
     status = host.run("status")
     assert status.returncode == 1 and "active after a reboot" in status.stdout
 
+    again = host.run("provision", "--profile", PROFILE, "--yes", "--json")
+    assert again.returncode == 3
+    doc = json.loads(again.stdout)
+    assert doc["plan"]["pending"] and doc["plan"]["in_sync"] is False
+
     host.sim.reboot()  # the operator reboots the host in a maintenance window
     r = host.run("provision", "--profile", PROFILE, "--yes")
     assert r.returncode == 0, r.stdout + r.stderr

@@ -208,7 +208,7 @@ class ProvisionReport:
         self.profile = result.plan.profile if self.action == "apply" else self.profile
         applied = result.outcome.applied if result.outcome is not None else []
         outcome = ("planned" if result.dry_run and not result.plan.in_sync else
-                   "in-sync" if result.outcome is None else "applied")
+                   "pending" if result.pending else "in-sync" if result.outcome is None else "applied")
         self._emit(result=outcome, changed=bool(applied or result.recovered), plan=result.plan, applied=applied,
                    recovered=result.recovered, warnings=(*result.plan.warnings, *result.warnings))
 

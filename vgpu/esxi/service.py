@@ -160,7 +160,8 @@ def provision(target: EsxiTarget, profile, *, dry_run: bool = False, force: bool
             _merge(outcome, _run(target, first, result.inventory, hook, verify=lambda: _verify_enabled(target, first)))
             again = plan_profile(target, profile, force=force)
             if again.plan.pending:
-                return ProvisionResult(plan, outcome, recovered, False, result.warnings, again.plan.pending)
+                return ProvisionResult(replace(plan, pending=again.plan.pending), outcome, recovered, False,
+                                       result.warnings, again.plan.pending)
             plan = again.plan
         if plan.steps:
             try:
@@ -171,7 +172,8 @@ def provision(target: EsxiTarget, profile, *, dry_run: bool = False, force: bool
                     raise  # nothing before it, or its rollback was incomplete: the journal is for the next run
                 _undo_first(target, first, result.inventory, exc, record_before)
         final = plan_profile(target, profile, force=force).plan
-    return ProvisionResult(result.plan, outcome, recovered, False, result.warnings, final.pending)
+    return ProvisionResult(replace(result.plan, pending=final.pending), outcome, recovered, False, result.warnings,
+                           final.pending)
 
 
 def _run(target: EsxiTarget, plan: Plan, inv: Inventory, hook, verify) -> Outcome:
