@@ -269,3 +269,19 @@ def _attach_by_hand(host, vm_name: str, address: str, mmio_gb: int | None) -> No
         spec.memoryReservationLockedToMax = True
         spec.firmware = "efi"
     WaitForTask(vm.ReconfigVM_Task(spec))
+
+
+def test_metrics_of_an_esxi_host(esxi):
+    from prometheus_client.parser import text_string_to_metric_families
+    from pyVim.task import WaitForTask
+    host = esxi()
+    assert host.run("provision", "--profile", PROFILE, "--yes").returncode == 0
+    WaitForTask(host.vm(host.admin(), "gpu-vm-03").PowerOn())
+    r = host.run("metrics")
+    assert r.returncode == 0, r.stderr
+    fams = {f.name: f.samples for f in text_string_to_metric_families(r.stdout)}
+    modes = {s.labels["gpu"]: (s.labels["mode"], s.labels["platform"]) for s in fams["vgpu_gpu_info"]}
+    assert modes == {g: ("passthrough", "esxi") for g in GPUS}
+    held = {(s.labels["function"], s.labels["vm"]) for s in fams["vgpu_function_in_use"]}
+    assert held == {(GPUS[3], "gpu-vm-03")}
+    assert [s.value for s in fams["vgpu_profile_in_sync"]] == [1.0]

@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "validate": "vgpu.cli.validate:validate",
     "report": "vgpu.cli.validate:report",
     "playbook": "vgpu.cli.playbook:playbook",
+    "metrics": "vgpu.cli.metrics:metrics",
 }
 
 

@@ -101,6 +101,9 @@ class EsxiTarget:
     def export(self, name: str, model: str | None) -> dict:
         return export(self, name, model)
 
+    def domains(self, warnings: list[str]):
+        return [v.domain() for v in self.host.read().vms]
+
 
 def discover(target: EsxiTarget) -> Inventory:
     return planner.inventory(target.host.read())

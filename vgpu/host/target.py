@@ -96,3 +96,9 @@ class HostTarget:
     def export(self, name: str, model: str | None) -> dict:
         from vgpu.export import export_profile
         return export_profile(self.discover(), name, model)
+
+    def domains(self, warnings: list[str]):
+        """The VMs (DomainInfo) its hypervisor knows, or None (with a warning) when it cannot be asked."""
+        from vgpu.vms import vm_view
+        view = vm_view(self, self.discover(), warnings)
+        return None if view.domains is None else list(view.domains.values())

@@ -1,0 +1,108 @@
+"""Prometheus metrics of a host and its guests' last validation, in the text exposition format
+(node_exporter's textfile collector reads it; docs/metrics.md has the names and example alerts).
+
+Built with the ``prometheus_client`` library on a private registry, from what vgpu reads now: the
+host's GPUs and VFs (any platform), which VM holds each function, the recorded profile against the
+host (vgpu status), and the newest validation report per guest. Every value is read, none remembered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from vgpu.model.inventory import Inventory
+
+FP8_CHECKS = ("fp8.hipblaslt", "fp8.torch")  # the agent's FP8 measurements, the first one found wins
+PASSTHROUGH_DRIVERS = ("vfio-pci", "pciPassthru")
+
+
+def gpu_mode(gpu) -> str:
+    """sriov (GIM drives it and its VFs), passthrough (whole, to a VM), or host (neither)."""
+    if gpu.driver == "gim":
+        return "sriov"
+    if gpu.driver in PASSTHROUGH_DRIVERS:
+        return "passthrough"
+    return "host"
+
+
+def registry(inv: Inventory, domains: Sequence | None, status, reports: Iterable) -> object:
+    """A CollectorRegistry with every metric set. ``domains``: the VMs (DomainInfo) or None when the
+    hypervisor could not be asked; ``status``: a StatusResult; ``reports``: ValidationReports."""
+    from prometheus_client import CollectorRegistry, Gauge
+
+    reg = CollectorRegistry()
+    info = Gauge("vgpu_gpu_info", "An AMD Instinct GPU on this host (always 1); mode: sriov, passthrough or host",
+                 ["gpu", "model", "mode", "driver", "platform"], registry=reg)
+    vfs = Gauge("vgpu_gpu_vfs", "SR-IOV virtual functions the GPU has now", ["gpu"], registry=reg)
+    vf_info = Gauge("vgpu_vf_info", "A virtual function (always 1); vm: the VM whose configuration has it, "
+                    "empty when none", ["gpu", "vf", "driver", "vm"], registry=reg)
+    held = Gauge("vgpu_function_in_use", "1 when a running VM holds the function (a VF, or a whole GPU)",
+                 ["function", "vm"], registry=reg)
+    known = Gauge("vgpu_hypervisor_up", "1 when the hypervisor answered which VMs hold the GPUs", registry=reg)
+    recorded = Gauge("vgpu_profile_recorded", "1 when a profile is recorded for this host", ["profile"], registry=reg)
+    in_sync = Gauge("vgpu_profile_in_sync", "1 when the host matches its recorded profile (vgpu status)",
+                    ["profile"], registry=reg)
+    drift = Gauge("vgpu_profile_drift_items", "Status items that differ from the recorded profile", ["profile"],
+                  registry=reg)
+    passed = Gauge("vgpu_validation_passed", "1 when the guest's last validation passed", ["guest", "model"],
+                   registry=reg)
+    when = Gauge("vgpu_validation_timestamp_seconds", "When the guest's last validation report was written",
+                 ["guest"], registry=reg)
+    fp8 = Gauge("vgpu_validation_fp8_tflops", "FP8 GEMM throughput the guest's last validation measured",
+                ["guest", "model"], registry=reg)
+
+    owner = {}
+    for d in domains or ():
+        for address in d.hostdevs:
+            owner.setdefault(address, d)
+    known.set(0 if domains is None else 1)
+    for g in inv.gpus:
+        info.labels(str(g.address), g.model, gpu_mode(g), g.driver or "", inv.platform).set(1)
+        vfs.labels(str(g.address)).set(len(g.vfs))
+        for vf in g.vfs:
+            d = owner.get(vf.address)
+            vf_info.labels(str(g.address), str(vf.address), vf.driver or "", d.name if d else "").set(1)
+        for address in (g.address, *(vf.address for vf in g.vfs)):
+            d = owner.get(address)
+            if d is not None and d.active:
+                held.labels(str(address), d.name).set(1)
+    name = status.profile or ""
+    recorded.labels(name).set(1 if status.profile else 0)
+    if status.profile:
+        in_sync.labels(name).set(1 if status.in_sync else 0)
+        drift.labels(name).set(sum(not i.ok for i in status.items))
+    for guest, (stamp, model, ok, tflops) in latest_per_guest(reports).items():
+        passed.labels(guest, model).set(1 if ok else 0)
+        when.labels(guest).set(stamp)
+        if tflops is not None:
+            fp8.labels(guest, model).set(tflops)
+    return reg
+
+
+def latest_per_guest(reports: Iterable) -> dict[str, tuple[float, str, bool, float | None]]:
+    """guest -> (report time, model, passed, FP8 TFLOPS) from the newest report naming it."""
+    out: dict[str, tuple[float, str, bool, float | None]] = {}
+    for report in reports:
+        stamp = _epoch(report.generated)
+        for g in report.guests:
+            if g.name in out and out[g.name][0] >= stamp:
+                continue
+            measured = {c.name: c.measured for c in g.checks}
+            tflops = next((float(measured[n]) for n in FP8_CHECKS
+                           if isinstance(measured.get(n), (int, float)) and not isinstance(measured.get(n), bool)),
+                          None)
+            out[g.name] = (stamp, g.expectation.model or "", g.verdict == "pass", tflops)
+    return out
+
+
+def _epoch(iso: str) -> float:
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    except (ValueError, AttributeError):
+        return 0.0
+
+
+def render(reg) -> bytes:
+    from prometheus_client import generate_latest
+    return generate_latest(reg)
