@@ -205,19 +205,35 @@ def _summary(report, paths: dict[str, Path]) -> None:
 
 
 @click.command()
-@click.option("--from", "sources", required=True, multiple=True, type=click.Path(path_type=Path),
+@click.option("--from", "sources", multiple=True, type=click.Path(path_type=Path),
               help="A report JSON or a report directory; repeat to merge.")
-@click.option("--report-dir", required=True, type=click.Path(path_type=Path),
-              help="Where to write validation-report.{json,junit.xml,html}.")
+@click.option("--compare", "compare_pair", nargs=2, type=click.Path(path_type=Path), default=None,
+              metavar="BASELINE CURRENT", help="Compare two reports (JSON or report directories) guest by guest: "
+                                                "deltas, regressions (exit 1), unpaired guests.")
+@click.option("--threshold", "thresholds", multiple=True, metavar="CHECK-PREFIX=PERCENT",
+              help="With --compare: the regression threshold for checks starting with the prefix (repeat; "
+                   "defaults in docs/validate.md).")
+@click.option("--report-dir", type=click.Path(path_type=Path), default=None,
+              help="Where to write validation-report.{json,junit.xml,html} (with --compare: "
+                   "comparison.{json,junit.xml,html}).")
 @click.option("--quiet", "-q", is_flag=True)
 @click.pass_context
-def report(ctx: click.Context, sources: tuple[Path, ...], report_dir: Path, quiet: bool) -> None:
-    """Re-render one report, or merge several (a guest in several keeps its newest result)."""
+def report(ctx: click.Context, sources: tuple[Path, ...], compare_pair, thresholds: tuple[str, ...],
+           report_dir: Path | None, quiet: bool) -> None:
+    """Re-render one report, merge several (a guest in several keeps its newest result), or compare two."""
     from vgpu import __version__
     from vgpu.guest.report import json as json_report
     from vgpu.guest.report import check_report_dir, write_all
     from vgpu.guest.report.model import merge
 
+    if bool(sources) == bool(compare_pair):
+        raise click.UsageError("give --from REPORT... (re-render or merge) or --compare BASELINE CURRENT")
+    if compare_pair:
+        ctx.exit(_compare(compare_pair, thresholds, report_dir, quiet))
+    if thresholds:
+        raise click.UsageError("--threshold only applies to --compare")
+    if report_dir is None:
+        raise click.UsageError("--from needs --report-dir")
     check_report_dir(report_dir)
     loaded = [json_report.load(p) for p in sources]
     if len(loaded) == 1:
@@ -229,3 +245,50 @@ def report(ctx: click.Context, sources: tuple[Path, ...], report_dir: Path, quie
     if not quiet:
         _summary(merged, paths)
     ctx.exit(merged.exit_code)
+
+
+def _compare(pair, thresholds: tuple[str, ...], report_dir: Path | None, quiet: bool) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from vgpu.cli.render import cell, safe
+    from vgpu.fsutil import atomic_write
+    from vgpu.guest.report import check_report_dir
+    from vgpu.guest.report import compare as cmp
+    from vgpu.guest.report import json as json_report
+    from vgpu.inputs import write_error
+
+    limits = cmp.parse_thresholds(thresholds)
+    if report_dir is not None:
+        check_report_dir(report_dir)
+    baseline, current = (json_report.load(p) for p in pair)
+    comp = cmp.compare(baseline, current, thresholds=limits, baseline_name=str(pair[0]), current_name=str(pair[1]))
+    if report_dir is not None:
+        report_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            atomic_write(report_dir / cmp.COMPARE_JSON, cmp.render_json(comp))
+            atomic_write(report_dir / cmp.COMPARE_JUNIT, cmp.render_junit(comp))
+            atomic_write(report_dir / cmp.COMPARE_HTML, cmp.render_html(comp))
+        except OSError as exc:
+            raise write_error(exc, "report directory", report_dir) from None
+    if not quiet:
+        table = Table(title=f"{safe(str(pair[0]))} -> {safe(str(pair[1]))}", title_justify="left")
+        for col in ("guest", "check", "what", "baseline", "current", "change", "verdict"):
+            table.add_column(col)
+        styles = {"regressed": "bold red", "improved": "green"}
+        for d in comp.deltas:
+            if d.verdict == "same":
+                continue
+            change = "" if d.relative is None else f"{d.relative:+.1f}%"
+            table.add_row(cell(d.guest), cell(d.check), cell(d.what), cell(str(d.baseline)), cell(str(d.current)),
+                          cell(change), cell(d.verdict, styles.get(d.verdict)))
+        out = Console()
+        out.print(table)
+        for g in comp.only_baseline:
+            out.print(f"[yellow]unpaired[/]: {safe(g)} is only in the baseline")
+        for g in comp.only_current:
+            out.print(f"[yellow]unpaired[/]: {safe(g)} is only in the current report")
+        verdict = (f"[bold red]{len(comp.regressions)} regression(s)[/]" if comp.regressions
+                   else "[green]no regression[/]")
+        out.print(f"{verdict} across {len({d.guest for d in comp.deltas})} paired guest(s)")
+    return comp.exit_code

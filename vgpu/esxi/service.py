@@ -114,7 +114,7 @@ def plan_profile(target: EsxiTarget, profile, *, force: bool = False) -> PlanRes
     state = target.host.read()
     inv = planner.inventory(state)
     desired = desired_state(profile, inv)
-    warnings: list[str] = list(interrupted_run_warnings_esxi(target))
+    warnings: list[str] = list(interrupted_run_warnings(target))
     problems: list[Problem] = []
     try:
         planned = planned_vms(profile, desired, inv)
@@ -130,10 +130,6 @@ def plan_profile(target: EsxiTarget, profile, *, force: bool = False) -> PlanRes
     return PlanResult(plan, inv, desired, {}, warnings)
 
 
-def interrupted_run_warnings_esxi(target: EsxiTarget) -> list[str]:
-    return interrupted_run_warnings(target)  # it reads only target.state_dir
-
-
 def provision(target: EsxiTarget, profile, *, dry_run: bool = False, force: bool = False,
               confirm: Confirm | None = None, hook: StepHook | None = None, lock_timeout: float = 30.0,
               vf_timeout: float = 60.0) -> ProvisionResult:
@@ -142,10 +138,8 @@ def provision(target: EsxiTarget, profile, *, dry_run: bool = False, force: bool
     When enabling passthrough needs a reboot of the host to take effect, the run stops after the host
     steps with ``pending`` saying so (nothing is rolled back: that is what the profile asks for)."""
     with host_lock(None if dry_run else target.state_dir, lock_timeout):
-        early: list[str] = []
         recovered = [] if dry_run else _recover(target, force, confirm)
         result = plan_profile(target, profile, force=force)
-        result.warnings[:0] = early
         plan = result.plan
         if not plan.steps or dry_run:
             return ProvisionResult(plan, None, recovered, dry_run, result.warnings, plan.pending)
@@ -154,7 +148,7 @@ def provision(target: EsxiTarget, profile, *, dry_run: bool = False, force: bool
             raise VgpuError("not applied: the plan was not confirmed", hint="rerun with --yes to skip the question")
         outcome = Outcome()
         enabling = [s for s in plan.steps if isinstance(s, SetPassthrough)]
-        waiting = {a for s in enabling for a in (s.address,)}
+        waiting = {s.address for s in enabling}
         dependent = [s for s in plan.steps if isinstance(s, AttachPassthrough) and waiting & set(s.functions)]
         first, record_before = None, target.read_record()
         if enabling and dependent:
@@ -258,7 +252,7 @@ def recorded_profile(target: EsxiTarget):
 def host_status(target: EsxiTarget) -> StatusResult:
     """The host now against the profile recorded for it: per GPU passthrough, per VM its GPUs and the
     settings starting it needs."""
-    warnings = interrupted_run_warnings_esxi(target)
+    warnings = interrupted_run_warnings(target)
     unfinished = warnings[0] if warnings else None
     profile = recorded_profile(target)
     if profile is None:
