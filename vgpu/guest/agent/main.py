@@ -27,7 +27,7 @@ from .guest import Guest
 from .result import EXPECT_SCHEMA, AgentResult, CheckResult
 
 REQUIRED = ("model", "arch", "vendor_id", "device_ids", "fp8", "thresholds", "rocm")
-WORKLOAD_NAMES = ("hip.compile", "fp8.hipblaslt", "fp8.torch")
+WORKLOAD_NAMES = ("hip.compile", "fp8.hipblaslt", "bf16.hipblaslt", "fp8.torch")
 
 
 class BadInvocation(Exception):

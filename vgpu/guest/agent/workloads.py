@@ -12,7 +12,7 @@ import json
 import os
 import pkgutil
 import sys
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from . import base
 from .base import Context, against, error, result, skip
@@ -94,9 +94,10 @@ def _fp8_mfma(ctx: Context, item: Any) -> CheckResult:
     return result("hip.fp8_mfma", bad == 0, bad, 0, "mismatches", detail)
 
 
-def hipblaslt_argv(ctx: Context, size: int, verify: bool) -> List[str]:
-    """hipblaslt-bench as AMD runs it for FP8 (docs/hardware.md §8), types per arch."""
-    t = ctx.expect["fp8"]["hipblaslt_type"]
+def hipblaslt_argv(ctx: Context, size: int, verify: bool, dtype: Optional[str] = None) -> List[str]:
+    """hipblaslt-bench as AMD runs it for FP8 (docs/hardware.md §8), types per arch; ``dtype`` another
+    input type (bf16_r: the BF16 GEMM the FP8 one is compared with)."""
+    t = dtype or ctx.expect["fp8"]["hipblaslt_type"]
     argv = ["hipblaslt-bench", "-m", str(size), "-n", str(size), "-k", str(size), "--transA", "N", "--transB", "N",
             "--a_type", t, "--b_type", t, "--c_type", "bf16_r", "--d_type", "bf16_r", "--compute_type", "f32_r",
             "--function", "matmul"]
@@ -112,6 +113,22 @@ def check_hipblaslt(ctx: Context) -> List[CheckResult]:
         return [skip("fp8.hipblaslt", why), skip("fp8.hipblaslt.verify", why)]
     size = int(ctx.expect.get("gemm", {}).get("m", 4096))
     return [_hipblaslt_perf(ctx, size), _hipblaslt_verify(ctx)]
+
+
+def check_hipblaslt_bf16(ctx: Context) -> List[CheckResult]:
+    """The same GEMM in BF16 on the same partition: what FP8 is compared with in a migration (docs/validate.md).
+    Judged against AMD's measured BF16 figure where the catalog has one; otherwise reported without a verdict."""
+    if ctx.guest.which("hipblaslt-bench") is None:
+        return [skip("bf16.hipblaslt", "hipblaslt-bench not found on PATH or in /opt/rocm/bin")]
+    size = int(ctx.expect.get("gemm", {}).get("m", 4096))
+    row, why, device = _bench_row(ctx, hipblaslt_argv(ctx, size, verify=False, dtype="bf16_r"))
+    if row is None or row.gflops is None:
+        return [error("bf16.hipblaslt", why or "hipblaslt-bench printed no hipblaslt-Gflops")]
+    if row.values.get("a_type") not in (None, "bf16_r"):
+        return [error("bf16.hipblaslt", "hipblaslt-bench ran %s, not bf16_r" % row.values.get("a_type"))]
+    detail = "bf16_r GEMM %dx%dx%d, %s us per call" % (size, size, size, row.us)
+    detail += " (%s)" % device if device else ""
+    return [against("bf16.hipblaslt", row.gflops / 1000.0, ctx.threshold("bf16_tflops"), detail)]
 
 
 def _bench_row(ctx: Context, argv: List[str]):
@@ -182,6 +199,6 @@ def check_torch(ctx: Context) -> List[CheckResult]:
     return [perf, err]
 
 
-CHECKS = (check_hip, check_hipblaslt, check_torch)
-for _fn, _name in zip(CHECKS, ("hip.compile", "fp8.hipblaslt", "fp8.torch")):
+CHECKS = (check_hip, check_hipblaslt, check_hipblaslt_bf16, check_torch)
+for _fn, _name in zip(CHECKS, ("hip.compile", "fp8.hipblaslt", "bf16.hipblaslt", "fp8.torch")):
     _fn.check_name = _name  # type: ignore[attr-defined]
