@@ -54,6 +54,8 @@ def test_full_cycle_provision_in_sync_status_release_restores(esxi):
 
     again = host.run("plan", "--profile", PROFILE)
     assert again.returncode == 0 and "in sync" in again.stdout, again.stdout
+    found = [f["message"] for f in json.loads(host.run("discover", "--json").stdout)["findings"] if f["check"] == "vms"]
+    assert "0000:05:00.0 is in the configuration of VM gpu-vm-00 (poweredOff, attached by vgpu)" in found
     status = host.run("status", "--json")
     assert status.returncode == 0, status.stdout
     items = json.loads(status.stdout)["items"]

@@ -67,6 +67,11 @@ def findings(state: HostState, gpus) -> list[Finding]:
             out.append(Finding("passthrough", Severity.WARNING, f"{g.address} ({g.model}): passthrough is enabled and "
                                "becomes active at the next reboot of the host", "reboot the host in a maintenance "
                                "window"))
+    for g in gpus:  # which VMs hold which GPU: discovery answers it on ESXi as libvirt's view does on KVM
+        for vm in state.vms:
+            if g.address in vm.passthrough:
+                out.append(Finding("vms", Severity.INFO, f"{g.address} is in the configuration of VM {vm.name} "
+                                   f"({vm.power}{', attached by vgpu' if g.address in vm.assigned else ''})"))
     if not gpus:
         out.append(Finding("gpus", Severity.ERROR, "no AMD Instinct GPU found on the host"))
     return out
