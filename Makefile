@@ -11,6 +11,10 @@ PYTEST := $(VENV)/bin/pytest
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Tiers made of independent CLI runs (each case its own temporary directory) use every core.
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+# In the two lanes of `make test` each tier keeps its temporary files in its own directory (a fresh mktemp -d per
+# lane): tiers running side by side never share pytest's numbered /tmp/pytest-of-USER directories, whose retention
+# would delete a running tier's files. Run alone, a tier uses pytest's default.
+TIER_TMP = $(if $(TIER_BASE),--basetemp=$(TIER_BASE)/$@)
 
 # What the tool itself needs (libvirt-python builds against libvirt-dev).
 APT_RUNTIME := python3-venv python3-dev gcc pkg-config libvirt-dev
@@ -31,15 +35,28 @@ APT_MOLECULE := systemd-container debootstrap apt-utils gpg iproute2 openssh-cli
 APT_ESXI := golang-go golang-github-vmware-govmomi-dev
 
 
-.PHONY: test-e2e test-esxi test-hostile test-ansible test-molecule deps-molecule deps-esxi collections
+.PHONY: test-e2e test-esxi test-hostile test-ansible test-molecule deps-molecule deps-esxi collections \
+        test-lane-ansible test-lane-hosts
 .PHONY: demo test deps-runtime deps-test deps-realkernel venv test-unit test-udev test-integration test-hip \
         test-realkernel bench clean
 
 demo: deps-runtime deps-esxi venv
 	@tools/demo.sh "$(VENV)"
 
-test: deps-test venv
-	$(MAKE) --no-print-directory test-unit test-hostile test-e2e test-esxi test-udev test-hip test-integration test-realkernel test-ansible test-molecule
+test: deps-test deps-molecule deps-realkernel venv collections
+	$(MAKE) --no-print-directory test-unit test-hostile test-e2e test-esxi
+	$(MAKE) --no-print-directory -j2 --output-sync=recurse test-lane-ansible test-lane-hosts
+
+# The tiers that run one process at a time, in two lanes side by side (a core each): the suite stays well under
+# 20 minutes on 2 cores. Each lane's output is printed when it ends. The hosts lane keeps the three tiers that use
+# network namespaces (Molecule, the real kernel, SSH in namespaces) one after the other.
+test-lane-ansible:
+	@base=$$(mktemp -d /tmp/vgpu-lane.XXXXXX) && $(MAKE) --no-print-directory TIER_BASE=$$base \
+	  test-ansible test-udev test-hip && rm -rf -- "$$base"
+
+test-lane-hosts:
+	@base=$$(mktemp -d /tmp/vgpu-lane.XXXXXX) && $(MAKE) --no-print-directory TIER_BASE=$$base \
+	  test-molecule test-realkernel test-integration && rm -rf -- "$$base"
 
 # ESXi 8 through the vSphere API: the real CLI against govmomi's simulator over HTTPS (pyVmomi is never mocked).
 test-esxi: deps-esxi
@@ -58,19 +75,19 @@ test-hostile:
 
 # Tier 2: discovery through real libudev (pyudev) seeing simulated trees via umockdev.
 test-udev:
-	VGPU_REQUIRE_UMOCKDEV=1 LD_PRELOAD=$(UMOCKDEV_PRELOAD) $(PYTEST) -q -m udev tests/udev
+	VGPU_REQUIRE_UMOCKDEV=1 LD_PRELOAD=$(UMOCKDEV_PRELOAD) $(PYTEST) $(TIER_TMP) -q -m udev tests/udev
 
 # The Ansible collection (vgpu.instinct) and playbooks: syntax, ansible-lint (production, offline),
 # argument specs, refusals, reboot gate, and the RHEL/Ubuntu files rendered by ansible's templar.
 # Collections come from the `ansible` wheel (tools/fetch-collections.sh); VGPU_REQUIRE_ANSIBLE=1
 # turns a missing tool into a failure instead of a skip.
 test-ansible: venv collections
-	VGPU_REQUIRE_ANSIBLE=1 $(PYTEST) -q tests/ansible
+	VGPU_REQUIRE_ANSIBLE=1 $(PYTEST) $(TIER_TMP) -q tests/ansible
 
 # The roles converged on real Debian 12 hosts (systemd-nspawn, SSH) from a local signed repository: create,
 # converge, idempotence, verify (~1.5 min per scenario; the first run builds the root, ~1 min).
 test-molecule: deps-molecule venv collections
-	VGPU_REQUIRE_MOLECULE=1 $(PYTEST) -q tests/molecule
+	VGPU_REQUIRE_MOLECULE=1 $(PYTEST) $(TIER_TMP) -q tests/molecule
 
 deps-molecule:
 	@tools/apt-ensure.sh $(APT_MOLECULE)
@@ -79,15 +96,15 @@ collections: venv
 	@tools/fetch-collections.sh $(PY)
 
 test-hip:
-	$(PYTEST) -q tests/hip
+	$(PYTEST) $(TIER_TMP) -q tests/hip
 
 test-integration:
-	$(PYTEST) -q tests/integration
+	$(PYTEST) $(TIER_TMP) -q tests/integration
 
 # Tier 4: vgpu's vfio binding against a real kernel (55-130 s; the first run builds the root, ~2.5 min).
 # Skips with the reason where it cannot run; VGPU_REQUIRE_REALKERNEL=1 makes that a failure.
 test-realkernel: deps-realkernel venv
-	$(PYTEST) -q -m realkernel tests/realkernel
+	$(PYTEST) $(TIER_TMP) -q -m realkernel tests/realkernel
 
 bench: venv
 	$(PY) benchmarks/run.py
