@@ -173,7 +173,7 @@ def provision(target: HostTarget, profile, *, dry_run: bool = False, force: bool
         plan = result.plan
         if plan.in_sync or dry_run:
             return ProvisionResult(plan, None, recovered, dry_run, result.warnings)
-        _check_holders(plan, force)
+        check_holders(plan, force)
         if confirm is not None and not confirm(plan):
             raise VgpuError("not applied: the plan was not confirmed", hint="rerun with --yes to skip the question")
         baseline = current_files(target)
@@ -248,11 +248,12 @@ def _with_current_holders(step, inv: Inventory, holders) -> object:
     return replace(step, disruption=disruption_for(functions, holders, host_wide=d.host_wide) if functions else d)
 
 
-def _check_holders(plan: Plan, force: bool) -> None:
+def check_holders(plan: Plan, force: bool,
+                  hint: str = "stop or migrate them first; --force proceeds anyway and breaks them") -> None:
+    """Refuse (InUseError) a plan that takes devices from VMs or processes, unless --force."""
     holders = plan.holders()
     if holders and not force:
-        raise InUseError(f"the plan would take devices from {', '.join(holders)}",
-                         hint="stop or migrate them first; --force proceeds anyway and breaks them")
+        raise InUseError(f"the plan would take devices from {', '.join(holders)}", hint=hint)
 
 
 def _verify(target: HostTarget, profile) -> None:
@@ -300,7 +301,7 @@ def release(target: HostTarget, *, dry_run: bool = False, force: bool = False, c
         plan = release_plan(target, warnings)
         if plan.in_sync or dry_run:
             return ProvisionResult(plan, None, recovered, dry_run, warnings)
-        _check_holders(plan, force)
+        check_holders(plan, force)
         if confirm is not None and not confirm(plan):
             raise VgpuError("not released: the plan was not confirmed", hint="rerun with --yes")
         outcome = executor.run(plan, current_files(target), verify=lambda: _verify_released(target))

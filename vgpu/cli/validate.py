@@ -252,11 +252,9 @@ def _compare(pair, thresholds: tuple[str, ...], report_dir: Path | None, quiet: 
     from rich.table import Table
 
     from vgpu.cli.render import cell, safe
-    from vgpu.fsutil import atomic_write
-    from vgpu.guest.report import check_report_dir
+    from vgpu.guest.report import check_report_dir, write_files
     from vgpu.guest.report import compare as cmp
     from vgpu.guest.report import json as json_report
-    from vgpu.inputs import write_error
 
     limits = cmp.parse_thresholds(thresholds)
     if report_dir is not None:
@@ -265,12 +263,9 @@ def _compare(pair, thresholds: tuple[str, ...], report_dir: Path | None, quiet: 
     comp = cmp.compare(baseline, current, thresholds=limits, baseline_name=str(pair[0]), current_name=str(pair[1]))
     if report_dir is not None:
         report_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            atomic_write(report_dir / cmp.COMPARE_JSON, cmp.render_json(comp))
-            atomic_write(report_dir / cmp.COMPARE_JUNIT, cmp.render_junit(comp))
-            atomic_write(report_dir / cmp.COMPARE_HTML, cmp.render_html(comp))
-        except OSError as exc:
-            raise write_error(exc, "report directory", report_dir) from None
+        write_files(report_dir, {report_dir / cmp.COMPARE_JSON: cmp.render_json(comp),
+                                 report_dir / cmp.COMPARE_JUNIT: cmp.render_junit(comp),
+                                 report_dir / cmp.COMPARE_HTML: cmp.render_html(comp)})
     if not quiet:
         table = Table(title=f"{safe(str(pair[0]))} -> {safe(str(pair[1]))}", title_justify="left")
         for col in ("guest", "check", "what", "baseline", "current", "change", "verdict"):

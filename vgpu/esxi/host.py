@@ -89,6 +89,7 @@ class EsxiHost:
     def __init__(self, session: Session):
         self.session = session
         self.label = f"ESXi {session.host.name}"  # read once: it names the host after the session closed too
+        self.uuid = str(session.host.hardware.systemInfo.uuid)
 
     # -- reading -------------------------------------------------------------------------------------
 
@@ -115,7 +116,7 @@ class EsxiHost:
                                      str(d.deviceName or ""), bool(info and info.passthruCapable),
                                      bool(info and info.passthruEnabled), bool(info and info.passthruActive),
                                      numa.get(d.id.lower())))
-        return HostState(str(host.name), str(hw.systemInfo.uuid), self.session.api_version,
+        return HostState(str(host.name), self.uuid, self.session.api_version,
                          str(self.session.content.about.fullName), bool(host.runtime.inMaintenanceMode),
                          tuple(sorted(devices, key=lambda d: d.address)), tuple(self._vms()))
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from vgpu.catalog import DEFAULT, Catalog, Hypervisor
 from vgpu.esxi.host import HostState, VmConfig
-from vgpu.esxi.specs import MMIO_SIZE, mmio_gb
+from vgpu.esxi.specs import current_mmio_gb, mmio_gb
 from vgpu.model.inventory import Bar, Finding, Gpu, HostFacts, Inventory, Link, Partition, Severity
 from vgpu.model.pci import PciAddress
 from vgpu.model.plan import (AttachPassthrough, DetachPassthrough, Disruption, Plan, Problem, RecordProfile,
@@ -155,8 +155,7 @@ def attach_steps(p: PlanInput, bars: Mapping[PciAddress, int], warnings: list[st
             continue
         missing = tuple(a for a in functions if a not in vm.passthrough)
         others = [(a, o.name, o.power) for a in missing for o in p.state.vms if o.name != name and a in o.passthrough]
-        settings_ok = _settings_ok(vm, bars)
-        if not missing and settings_ok:
+        if not missing and settings_ok(vm, bars):
             continue
         if vm.power != "poweredOff":
             if p.force:
@@ -177,7 +176,7 @@ def attach_steps(p: PlanInput, bars: Mapping[PciAddress, int], warnings: list[st
         if others and not p.force:
             continue
         window = sum(bars.get(a, 0) for a in dict.fromkeys((*vm.passthrough, *missing)))
-        steps.append(AttachPassthrough(name, missing, max(mmio_gb(window), _int(vm.extra.get(MMIO_SIZE))),
+        steps.append(AttachPassthrough(name, missing, max(mmio_gb(window), current_mmio_gb(vm.extra)),
                                        firmware_was=vm.firmware))
     if undefined and len(undefined) < len(p.vms):
         shown = ", ".join(undefined[:4]) + (f" and {len(undefined) - 4} more" if len(undefined) > 4 else "")
@@ -186,7 +185,7 @@ def attach_steps(p: PlanInput, bars: Mapping[PciAddress, int], warnings: list[st
     return steps, problems
 
 
-def _settings_ok(vm: VmConfig, bars: Mapping[PciAddress, int]) -> bool:
+def settings_ok(vm: VmConfig, bars: Mapping[PciAddress, int]) -> bool:
     """Does a VM that has its GPUs also have what starting it needs (EFI, memory lock, MMIO window)?"""
     if not vm.passthrough:
         return True
@@ -194,7 +193,7 @@ def _settings_ok(vm: VmConfig, bars: Mapping[PciAddress, int]) -> bool:
     # the catalog's BAR is the VRAM BAR only: the window must be what vgpu sizes (twice, a power of two), not
     # just the BAR, which a 256 GB window "holds" while power-on fails on the small BARs beside it
     mmio = (vm.extra.get("pciPassthru.use64bitMMIO", "").upper() == "TRUE"
-            and _int(vm.extra.get(MMIO_SIZE)) >= mmio_gb(window))
+            and current_mmio_gb(vm.extra) >= mmio_gb(window))
     return vm.firmware == "efi" and vm.locked and (mmio or window == 0)
 
 
@@ -212,10 +211,3 @@ def release_steps(state: HostState, recorded_gpus: tuple[PciAddress, ...]) -> li
             running = tuple(v.name for v in state.vms if address in v.passthrough and v.power != "poweredOff")
             steps.append(SetPassthrough(address, False, Disruption(functions=(address,) if running else (), vms=running)))
     return steps
-
-
-def _int(text: str | None) -> int:
-    try:
-        return int(text or 0)
-    except ValueError:
-        return 0

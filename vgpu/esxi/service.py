@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from vgpu.errors import ApplyError, InUseError, InputError, RefusedError, VgpuError
+from vgpu.errors import ApplyError, InputError, RefusedError, VgpuError
 from vgpu.esxi import planner
 from vgpu.esxi.connect import Session
 from vgpu.esxi.host import EsxiHost, EsxiHypervisor
@@ -25,12 +25,14 @@ from vgpu.model.inventory import Inventory
 from vgpu.model.plan import AttachPassthrough, Plan, Problem, RecordProfile, SetPassthrough
 from vgpu.model.pci import PciAddress
 from vgpu.planner import Refusal
-from vgpu.provision import (Confirm, PlanResult, ProvisionResult, StatusResult, desired_state,
+from vgpu.host.files import FileStore
+from vgpu.provision import (Confirm, PlanResult, ProvisionResult, StatusResult, check_holders, desired_state,
                             interrupted_run_warnings)
 from vgpu.status import Item
 from vgpu.vms import PlannedVms, planned_vms
 
 STATE_ENV = "VGPU_STATE_DIR"
+POWER_OFF = "power them off or migrate them first; --force proceeds anyway"  # the hint when VMs hold devices
 
 
 def state_root() -> Path:
@@ -56,7 +58,7 @@ class EsxiTarget:
 
     def __post_init__(self):
         self.host = EsxiHost(self.session)
-        uuid = re.sub(r"[^A-Za-z0-9-]", "_", str(self.session.host.hardware.systemInfo.uuid))[:64] or "unknown"
+        uuid = re.sub(r"[^A-Za-z0-9-]", "_", self.host.uuid)[:64] or "unknown"
         self.state_dir = state_root() / "esxi" / uuid
 
     @property
@@ -70,7 +72,7 @@ class EsxiTarget:
         return EsxiContext(self.host, self.hypervisor(inv), self.state_dir)
 
     def read_record(self) -> str | None:
-        return EsxiContext(self.host, None, self.state_dir).read_record()
+        return FileStore(self.state_dir).read(RECORD)
 
     def record_where(self) -> str:
         return f"kept on this controller in {self.state_dir}"
@@ -143,7 +145,7 @@ def provision(target: EsxiTarget, profile, *, dry_run: bool = False, force: bool
         plan = result.plan
         if not plan.steps or dry_run:
             return ProvisionResult(plan, None, recovered, dry_run, result.warnings, plan.pending)
-        _check_holders(plan, force)
+        check_holders(plan, force, POWER_OFF)
         if confirm is not None and not confirm(plan):
             raise VgpuError("not applied: the plan was not confirmed", hint="rerun with --yes to skip the question")
         outcome = Outcome()
@@ -215,13 +217,6 @@ def _verify(target: EsxiTarget, profile, force: bool) -> None:
                         + "; ".join(s.describe() for s in again.steps) + ")")
 
 
-def _check_holders(plan: Plan, force: bool) -> None:
-    holders = plan.holders()
-    if holders and not force:
-        raise InUseError(f"the plan would take devices from {', '.join(holders)}",
-                         hint="power them off or migrate them first; --force proceeds anyway")
-
-
 def _recover(target: EsxiTarget, force: bool, confirm: Confirm | None) -> list[str]:
     """Deal with a run a crash interrupted (its journal is on this controller) before planning."""
     from vgpu.executor import pending_run
@@ -278,7 +273,7 @@ def host_status(target: EsxiTarget) -> StatusResult:
         have = [a for a in functions if a in vm.passthrough]
         items.append(Item(f"VM {name}", "GPUs", ", ".join(map(str, functions)), ", ".join(map(str, have)) or "none"))
         if have:
-            ok = planner._settings_ok(vm, bars)
+            ok = planner.settings_ok(vm, bars)
             items.append(Item(f"VM {name}", "EFI, memory reserved, 64-bit MMIO", "set", "set" if ok else "missing"))
     return StatusResult(profile.name, items, warnings, unfinished)
 
@@ -292,7 +287,7 @@ def release(target: EsxiTarget, *, dry_run: bool = False, force: bool = False, c
         plan = release_plan(target)
         if not plan.steps or dry_run:
             return ProvisionResult(plan, None, recovered, dry_run, [])
-        _check_holders(plan, force)
+        check_holders(plan, force, POWER_OFF)
         if confirm is not None and not confirm(plan):
             raise VgpuError("not released: the plan was not confirmed", hint="rerun with --yes")
         inv = discover(target)

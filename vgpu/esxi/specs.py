@@ -82,7 +82,7 @@ def attach_spec(vm, devices: Sequence[tuple[PciAddress, object, str]], bar64_byt
     changes = [_add(backing(a, int(d.deviceId), int(d.vendorId), sid, str(d.deviceName or "")), -100 - i)
                for i, (a, d, sid) in enumerate(devices)]
     extra = [_option(MMIO_ON, "TRUE")]
-    size = max(mmio_gb(bar64_bytes), _int(vm.extra.get(MMIO_SIZE)))
+    size = max(mmio_gb(bar64_bytes), current_mmio_gb(vm.extra))
     if size:
         extra.append(_option(MMIO_SIZE, str(size)))
     extra.append(_option(MARK_KEY, mark([*parse_mark(vm.extra.get(MARK_KEY, "")), *(a for a, _, _ in devices)])))
@@ -166,8 +166,9 @@ def soap(spec) -> str:
     return text.decode() if isinstance(text, bytes) else text
 
 
-def _int(text: str | None) -> int:
+def current_mmio_gb(extra: dict) -> int:
+    """The VM's ``pciPassthru.64bitMMIOSizeGB`` now (0 when unset or not a number)."""
     try:
-        return int(text or 0)
+        return int(extra.get(MMIO_SIZE) or 0)
     except ValueError:
         return 0

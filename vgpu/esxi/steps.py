@@ -11,9 +11,8 @@ from pathlib import Path
 
 from vgpu.errors import HostError
 from vgpu.esxi.host import EsxiHost, EsxiHypervisor
-from vgpu.fsutil import atomic_write
 from vgpu.executor import StepTable
-from vgpu.inputs import read_optional
+from vgpu.host.files import FileStore
 from vgpu.model.plan import AttachPassthrough, DetachPassthrough, RecordProfile, SetPassthrough
 
 RECORD = "state.json"
@@ -26,16 +25,10 @@ class EsxiContext:
     state_dir: Path
     baseline: dict | None = None  # the executor's (unused here: ESXi has no config files)
 
-    def read_record(self) -> str | None:
-        raw = read_optional(self.state_dir / RECORD, "config file")
-        return None if raw is None else raw.decode("utf-8", "replace")
-
-    def write_record(self, text: str | None) -> None:
-        path = self.state_dir / RECORD
-        if text is None:
-            path.unlink(missing_ok=True)
-        else:
-            atomic_write(path, text, 0o644)
+    @property
+    def records(self) -> FileStore:
+        """The controller-side state directory of this host (the journal lives there too)."""
+        return FileStore(self.state_dir)
 
 
 # set-passthrough -------------------------------------------------------------------------------------------------
@@ -85,15 +78,15 @@ def _vm_restore(step: AttachPassthrough | DetachPassthrough, ctx: EsxiContext, i
 # record-profile ----------------------------------------------------------------------------------------------------
 
 def _record_prepare(step: RecordProfile, ctx: EsxiContext) -> dict:
-    return {"before": ctx.read_record()}
+    return {"before": ctx.records.read(RECORD)}
 
 
 def _record_apply(step: RecordProfile, ctx: EsxiContext, info: dict) -> None:
-    ctx.write_record(step.record)
+    ctx.records.write(RECORD, step.record)
 
 
 def _record_undo(step: RecordProfile, ctx: EsxiContext, info: dict) -> None:
-    ctx.write_record(info.get("before"))
+    ctx.records.write(RECORD, info.get("before"))
 
 
 TABLE = StepTable("ESXi", {

@@ -16,7 +16,7 @@ JUNIT_NAME = "validation-report.junit.xml"
 HTML_NAME = "validation-report.html"
 
 
-__all__ = ["atomic_write", "check_report_dir", "write_all", "JSON_NAME", "JUNIT_NAME", "HTML_NAME"]
+__all__ = ["atomic_write", "check_report_dir", "write_all", "write_files", "JSON_NAME", "JUNIT_NAME", "HTML_NAME"]
 
 
 def write_all(report: ValidationReport, out_dir: Path) -> dict[str, Path]:
@@ -24,13 +24,19 @@ def write_all(report: ValidationReport, out_dir: Path) -> dict[str, Path]:
     from vgpu.guest.report import html, json, junit
 
     paths = {"json": out_dir / JSON_NAME, "junit": out_dir / JUNIT_NAME, "html": out_dir / HTML_NAME}
-    try:
-        atomic_write(paths["json"], json.render(report))
-        atomic_write(paths["junit"], junit.render(report))
-        atomic_write(paths["html"], html.render(report))
-    except OSError as exc:  # full disk, permission, read-only: one line naming the directory
-        raise write_error(exc, "report directory", out_dir) from None
+    write_files(out_dir, {paths["json"]: json.render(report), paths["junit"]: junit.render(report),
+                          paths["html"]: html.render(report)})
     return paths
+
+
+def write_files(out_dir: Path, files: dict[Path, bytes]) -> None:
+    """Write each file of a report directory atomically; any OSError (full disk, permission, read-only) is
+    one line naming the directory."""
+    try:
+        for path, data in files.items():
+            atomic_write(path, data)
+    except OSError as exc:
+        raise write_error(exc, "report directory", out_dir) from None
 
 
 def check_report_dir(out_dir: Path) -> None:
