@@ -42,7 +42,7 @@ class Outcome:
 
 
 @contextlib.contextmanager
-def host_lock(state_dir: Path | None, timeout: float = 30.0) -> Iterator[None]:
+def host_lock(state_dir: Path | None, timeout: float = 30.0, *, what: str = "the host") -> Iterator[None]:
     """Exclusive flock on <state>/lock; LockedError naming the holder after ``timeout`` seconds.
     ``state_dir`` None (a capture, which nothing changes) has no lock to take."""
     if state_dir is None:
@@ -63,7 +63,7 @@ def host_lock(state_dir: Path | None, timeout: float = 30.0) -> Iterator[None]:
             except OSError as exc:
                 if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
                     holder = _holder(fd) or "another vgpu run"
-                    raise LockedError(f"the host is locked by {holder}",
+                    raise LockedError(f"{what} is locked by {holder}",
                                       hint="wait for it to finish; the lock frees itself when that run ends") from exc
                 time.sleep(0.1)
         try:

@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "report": "vgpu.cli.validate:report",
     "playbook": "vgpu.cli.playbook:playbook",
     "metrics": "vgpu.cli.metrics:metrics",
+    "rollout": "vgpu.cli.rollout:rollout",
 }
 
 

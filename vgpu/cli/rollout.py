@@ -1,0 +1,239 @@
+"""`vgpu rollout run|resume|status`: a canary, then waves, each gated on validating its guests (docs/rollout.md)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from vgpu.errors import ExitCode
+
+HOST_STYLES = {"done": "green", "in_progress": "yellow", "failed": "bold red", "not_started": "dim"}
+WAVE_STYLES = {"passed": "green", "running": "yellow", "failed": "bold red", "pending": "dim"}
+STATE_DIR_HELP = "The roll-out's directory: its state (state.json) and each wave's reports."
+
+
+@click.group()
+def rollout() -> None:
+    """Roll a profile out over a fleet: a canary, then waves, each gated on its guests' validation."""
+
+
+@rollout.command("run")
+@click.option("-i", "--inventory", required=True, type=click.Path(path_type=Path),
+              help="Ansible inventory: the hypervisor hosts and the guests (each guest names its host in vgpu_host).")
+@click.option("--profile", required=True, help="The vgpu profile the hosts get (provision_profile).")
+@click.option("--guest-profile", default=None,
+              help="The profile guests are validated against (default: --profile; a guest's vgpu_guest_profile wins).")
+@click.option("--state-dir", required=True, type=click.Path(path_type=Path), help=STATE_DIR_HELP)
+@click.option("--hosts", "hosts_pattern", default="gim_hosts:passthrough_hosts", show_default=True,
+              help="Ansible pattern of the hosts to roll out to.")
+@click.option("--guests", "guests_pattern", default="gpu_guests", show_default=True,
+              help="Ansible pattern of the guests to validate.")
+@click.option("--canary", multiple=True, metavar="HOST",
+              help="A canary host (repeatable); default: the first --serial batch in inventory order.")
+@click.option("--serial", default="1,25%", show_default=True, metavar="N|P%,...",
+              help="Batch sizes as in Ansible's serial: the first is the canary's, the last repeats.")
+@click.option("--max-unavailable", default="25%", show_default=True, metavar="N|P%",
+              help="Most hosts down at once, failed ones included; caps every wave.")
+@click.option("--baseline", type=click.Path(path_type=Path), default=None,
+              help="A validation report (JSON or report directory) each wave is compared with; a regression "
+                   "fails the wave.")
+@click.option("--threshold", "thresholds", multiple=True, metavar="CHECK=PERCENT",
+              help="Regression threshold for checks starting with CHECK (as vgpu report --compare).")
+@click.option("--guest-stack", is_flag=True, help="Install the guest driver and ROCm on each wave's guests "
+              "(install_guest_stack.yml) before validating them.")
+@click.option("-e", "--extra-vars", "extra", multiple=True, metavar="KEY=VALUE",
+              help="A variable for every playbook of the roll-out (repeatable); recorded for resume.")
+@click.option("--dry-run", is_flag=True, help="Print the waves and what each would do; change and write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan (--dry-run) or the final state as JSON.")
+def run(inventory, profile, guest_profile, state_dir, hosts_pattern, guests_pattern, canary, serial,
+        max_unavailable, baseline, thresholds, guest_stack, extra, dry_run, as_json) -> int:
+    """Start a roll-out: the canary, then each wave, stopping at the first wave that fails.
+
+    Exit 0: every host done; 1: a wave failed validation or regressed (the roll-out stopped); 8: a host
+    could not be provisioned; 4: refused (failed hosts fill --max-unavailable); 5: bad input (nothing ran);
+    7: another run holds the state directory; 130/143: interrupted (resume continues).
+    """
+    from vgpu.automation.playbooks import parse_extra_vars
+    from vgpu.rollout import runner as R
+    from vgpu.rollout import waves as W
+    from vgpu.rollout.state import StateDir
+
+    store = StateDir(state_dir)
+    if not dry_run:
+        store.check_new()
+    req = R.Request(inventory=inventory, profile=profile, guest_profile=guest_profile, hosts_pattern=hosts_pattern,
+                    guests_pattern=guests_pattern, canary=tuple(canary), serial=W.parse_serial(serial),
+                    max_unavailable=max_unavailable, baseline=baseline, thresholds=tuple(thresholds),
+                    guest_stack=guest_stack, extra_vars=parse_extra_vars(extra))
+    prep = R.prepare(req)
+    if dry_run:
+        _show_plan(prep, as_json)
+        return ExitCode.OK
+    store.create()
+    with store.lock():
+        store.check_new()  # a second `run` that raced this one for the directory
+        state = R.new_rollout(prep)
+        store.save(state)
+        return _execute(store, state, prep.baseline, as_json, skip_failed=False)
+
+
+@rollout.command("resume")
+@click.option("--state-dir", required=True, type=click.Path(path_type=Path), help=STATE_DIR_HELP)
+@click.option("--skip-failed", is_flag=True, help="Leave the failed hosts failed (they still count against "
+              "--max-unavailable) and go on with the next waves; never past a failed canary.")
+@click.option("--json", "as_json", is_flag=True, help="Print the final state as JSON.")
+def resume(state_dir, skip_failed, as_json) -> int:
+    """Go on from where a roll-out stopped: the stopped wave's unfinished hosts again, then the rest.
+
+    Exit codes as for run.
+    """
+    from vgpu.rollout.state import StateDir
+
+    store = StateDir(state_dir)
+    state = store.load()
+    with store.lock():
+        state = store.load()  # what the last run wrote before it let go of the lock
+        if state.state == "done" and not any(h.state == "failed" for h in state.hosts.values()):
+            click.echo(f"the roll-out in {state_dir} is done: nothing to resume", err=True)
+            _finish(state, as_json)
+            return ExitCode.OK
+        return _execute(store, state, None, as_json, skip_failed=skip_failed)
+
+
+@rollout.command("status")
+@click.option("--state-dir", required=True, type=click.Path(path_type=Path), help=STATE_DIR_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print the state as JSON (schema vgpu.rollout/v1).")
+def status(state_dir, as_json) -> int:
+    """The roll-out's waves and each host's state. Exit 0 when done, 1 when stopped or a host failed, 3 while
+    it is still running or was interrupted."""
+    from vgpu.executor import lock_holder
+    from vgpu.rollout.state import StateDir
+
+    store = StateDir(state_dir)
+    state = store.load()
+    holder = lock_holder(store.path)
+    _finish(state, as_json, running=holder)
+    if state.state == "done":
+        return ExitCode.FAILURE if any(h.state == "failed" for h in state.hosts.values()) else ExitCode.OK
+    return ExitCode.FAILURE if state.state == "stopped" else ExitCode.CHANGES_PENDING
+
+
+def _execute(store, state, baseline, as_json: bool, *, skip_failed: bool) -> int:
+    from vgpu.rollout.runner import PlaybookActions, Runner
+
+    with _Live(enabled=sys.stderr.isatty() and not as_json) as live:
+        runner = Runner(store, state, PlaybookActions(state.spec), baseline=baseline, on_change=live.update)
+        outcome = runner.run(skip_failed=skip_failed)
+    _finish(outcome.rollout, as_json)
+    return outcome.exit_code
+
+
+def _finish(state, as_json: bool, running: str | None = None) -> None:
+    if as_json:
+        from vgpu.cli.render import print_json
+        print_json(state.to_dict())
+        return
+    from vgpu.cli.render import console, safe
+
+    out = console()
+    out.print(_state_table(state))
+    counts = state.counts()
+    line = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in counts.items() if n)
+    if running:
+        out.print(f"[yellow]running now[/] ({safe(running)})")
+    verdicts = {"done": "[green]done[/]", "stopped": "[bold red]stopped[/]", "interrupted": "[yellow]interrupted[/]",
+                "running": "[yellow]running[/]"}
+    out.print(f"roll-out {verdicts[state.state]}: {line}" + (f" - {safe(state.reason)}" if state.reason else ""))
+    if state.state in ("stopped", "interrupted"):
+        out.print(f"resume: vgpu rollout resume --state-dir {safe(str(state_dir_of(state)))}")
+
+
+def state_dir_of(state) -> str:  # the directory is not recorded in the file (it can move): ask the caller's
+    return click.get_current_context().params.get("state_dir") or "DIR"
+
+
+def _state_table(state):
+    from vgpu.cli.render import add_row, cell, table
+
+    rows = table(f"roll-out of {state.spec.profile} ({len(state.hosts)} hosts, at most "
+                 f"{state.max_unavailable_hosts} unavailable)", ("wave", "host", "state", "phase", "guests", "reason"))
+    for wave in state.waves:
+        add_row(rows, cell(f"{wave.label} ({wave.state})", WAVE_STYLES.get(wave.state)), "", "", "", "",
+                wave.reason if wave.state == "failed" else "")
+        for h in wave.hosts:
+            rec = state.hosts[h]
+            add_row(rows, "", h, cell(rec.state.replace("_", " "), HOST_STYLES.get(rec.state)),
+                    rec.phase if rec.state != "done" else "", len(rec.guests), rec.reason)
+    return rows
+
+
+def _show_plan(prep, as_json: bool) -> None:
+    spec, plan = prep.spec, prep.plan
+    steps = ["provision.yml on the wave's hosts (provision_profile=" + spec.profile + ")"]
+    if spec.guest_stack:
+        steps.append("install_guest_stack.yml on their guests (decoupled amdgpu driver + ROCm)")
+    steps.append("validate.yml on their guests (vgpu validate against "
+                 + (spec.guest_profile or spec.profile) + ")")
+    if spec.baseline:
+        steps.append(f"compare with the baseline {spec.baseline} (a regression fails the wave)")
+    gate = "every host provisioned, every guest passes" + (" and does not regress" if spec.baseline else "")
+    if as_json:
+        from vgpu.cli.render import print_json
+        print_json({"schema": "vgpu.rollout-plan/v1", "spec": spec.model_dump(mode="json"),
+                    "max_unavailable_hosts": plan.max_unavailable, "steps": steps, "gate": gate,
+                    "waves": [{"index": w.index, "canary": w.canary, "hosts": list(w.hosts),
+                               "guests": {h: plan.guests.get(h, []) for h in w.hosts}} for w in plan.waves],
+                    "warnings": plan.warnings})
+        return
+    from vgpu.cli.render import add_row, console, safe, table
+
+    out = console()
+    rows = table(f"roll-out of {spec.profile}: {len(plan.hosts)} hosts in {len(plan.waves)} waves "
+                 f"(at most {plan.max_unavailable} unavailable)", ("wave", "hosts", "guests"))
+    for w in plan.waves:
+        add_row(rows, "canary" if w.canary else f"wave {w.index}", ", ".join(w.hosts),
+                ", ".join(g for h in w.hosts for g in plan.guests.get(h, [])) or "-")
+    out.print(rows)
+    out.print("each wave, in order:")
+    for i, step in enumerate(steps, 1):
+        out.print(f"  {i}. {safe(step)}")
+    out.print(f"gate: {gate}; the roll-out stops at the first wave that fails")
+    for w in plan.warnings:
+        out.print(f"[yellow]warning[/]: {safe(w)}")
+    out.print("dry run: nothing was changed or written")
+
+
+class _Live:
+    """The waves and hosts as a live table on a terminal; a line per change otherwise (logs, CI)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self._live = None
+        self._last = ""
+
+    def __enter__(self) -> "_Live":
+        if self.enabled:
+            from rich.live import Live
+
+            from vgpu.cli.render import console
+            self._live = Live(console=console(err=True), transient=True, refresh_per_second=4)
+            self._live.start()
+        return self
+
+    def update(self, state, note: str) -> None:
+        from vgpu.cli.render import console, safe
+
+        if self._live is not None:
+            from rich.console import Group
+            from rich.text import Text
+            self._live.update(Group(_state_table(state), Text(note)))
+            return
+        if note and note != self._last and " task: " not in note:  # task-level chatter: the live view only
+            self._last = note
+            console(err=True).print(safe(note), highlight=False)
+
+    def __exit__(self, *exc) -> None:
+        if self._live is not None:
+            self._live.stop()

@@ -1,0 +1,220 @@
+"""The roll-out's record: what was asked (the spec), the waves, and each host's state.
+
+One JSON file, ``<state-dir>/state.json`` (schema ``vgpu.rollout/v1``, vgpu/schemas/rollout-v1.json), rewritten
+atomically (mode 0600) after every change, so a roll-out killed at any moment resumes from its last record.
+Each host is ``not_started``, ``in_progress``, ``done`` or ``failed`` (the AMD GPU Operator's per-node states);
+a wave is ``pending``, ``running``, ``passed`` or ``failed``. The file comes back from disk as outside input:
+read through vgpu.inputs (no FIFO, device, huge or binary file), validated field by field, and checked for
+consistency (every wave's hosts recorded, canary first) before a resume trusts it. One run at a time holds
+the state directory's lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+
+from vgpu import inputs
+from vgpu.errors import InputError
+from vgpu.fsutil import atomic_write
+
+SCHEMA = "vgpu.rollout/v1"
+STATE_NAME = "state.json"
+MAX_STATE = 16 << 20  # bytes
+MAX_HOSTS = 4096
+
+HostState = Literal["not_started", "in_progress", "done", "failed"]
+WaveState = Literal["pending", "running", "passed", "failed"]
+RolloutState = Literal["running", "stopped", "interrupted", "done"]
+Phase = Literal["provision", "guest-stack", "validate", "compare"]
+Text = Field(default=None, max_length=4000)
+Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Spec(_Model):
+    """What the operator asked for; a resume runs exactly this again."""
+
+    inventory: str = Field(max_length=4096)
+    inventory_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    profile: str = Field(max_length=128)
+    guest_profile: str | None = Field(default=None, max_length=128)
+    hosts_pattern: str = Field(max_length=1024)
+    guests_pattern: str = Field(max_length=1024)
+    canary: list[str] = Field(default_factory=list, max_length=MAX_HOSTS)
+    serial: list[str] = Field(min_length=1, max_length=32)
+    max_unavailable: str = Field(max_length=8)
+    baseline: str | None = Field(default=None, max_length=4096)
+    baseline_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    thresholds: dict[str, float] = Field(default_factory=dict, max_length=64)
+    guest_stack: bool = False
+    extra_vars: dict[str, Union[Scalar, list[Scalar]]] = Field(default_factory=dict, max_length=128)
+
+
+class HostRecord(_Model):
+    wave: int = Field(ge=1)
+    state: HostState = "not_started"
+    guests: list[str] = Field(default_factory=list, max_length=MAX_HOSTS)
+    phase: Phase | None = None
+    reason: str | None = Text
+    started: str | None = Field(default=None, max_length=40)
+    finished: str | None = Field(default=None, max_length=40)
+    attempts: int = Field(default=0, ge=0)
+
+
+class WaveRecord(_Model):
+    index: int = Field(ge=1)
+    canary: bool = False
+    hosts: list[str] = Field(min_length=1, max_length=MAX_HOSTS)
+    state: WaveState = "pending"
+    started: str | None = Field(default=None, max_length=40)
+    finished: str | None = Field(default=None, max_length=40)
+    reason: str | None = Text
+    runs: int = Field(default=0, ge=0)  # its reports are in wave-NN/run-<runs>/
+    reports: dict[str, str] = Field(default_factory=dict, max_length=16)  # name -> path relative to the state dir
+
+    @property
+    def label(self) -> str:
+        return "the canary" if self.canary else f"wave {self.index}"
+
+
+class Rollout(_Model):
+    schema_: Literal["vgpu.rollout/v1"] = Field(default=SCHEMA, alias="schema")
+    created: str = Field(max_length=40)
+    updated: str = Field(max_length=40)
+    state: RolloutState = "running"
+    reason: str | None = Text
+    spec: Spec
+    max_unavailable_hosts: int = Field(ge=1)
+    waves: list[WaveRecord] = Field(min_length=1, max_length=MAX_HOSTS)
+    hosts: dict[str, HostRecord] = Field(max_length=MAX_HOSTS)
+    warnings: list[str] = Field(default_factory=list, max_length=MAX_HOSTS)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+    def counts(self) -> dict[str, int]:
+        out = {s: 0 for s in ("not_started", "in_progress", "done", "failed")}
+        for h in self.hosts.values():
+            out[h.state] += 1
+        return out
+
+    def check(self, source: str) -> None:
+        """Consistency a resume relies on; InputError naming the first problem."""
+        seen: set[str] = set()
+        for i, wave in enumerate(self.waves, start=1):
+            if wave.index != i:
+                raise InputError(f"{source}: wave {i} is numbered {wave.index}")
+            if wave.canary != (i == 1):
+                raise InputError(f"{source}: only the first wave is the canary (wave {i})")
+            for h in wave.hosts:
+                if h in seen:
+                    raise InputError(f"{source}: host {h[:80]!r} is in two waves")
+                seen.add(h)
+                rec = self.hosts.get(h)
+                if rec is None or rec.wave != i:
+                    raise InputError(f"{source}: host {h[:80]!r} of wave {i} has no matching host record")
+            for name, rel in wave.reports.items():
+                if rel.startswith("/") or ".." in Path(rel).parts:
+                    raise InputError(f"{source}: wave {i} report {name[:40]!r} points outside the state directory")
+        if set(self.hosts) != seen:
+            extra = sorted(set(self.hosts) - seen)[0]
+            raise InputError(f"{source}: host {extra[:80]!r} is recorded but in no wave")
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class StateDir:
+    """A roll-out's directory: state.json, the lock, and one sub-directory of reports per wave."""
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+        self.file = self.path / STATE_NAME
+
+    def exists(self) -> bool:
+        return self.file.exists() or self.file.is_symlink()
+
+    def check_new(self) -> None:
+        """Before a new roll-out writes anything: the directory is new or an empty directory of ours to use,
+        not a symlink, and holds no roll-out yet. Raises InputError."""
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            parent = self.path.parent
+            if not parent.is_dir():
+                raise InputError(f"state directory {self.path}: {parent} does not exist or is not a directory") \
+                    from None
+            if not os.access(parent, os.W_OK | os.X_OK):
+                raise InputError(f"state directory {self.path} cannot be created: {parent} is not writable "
+                                 "by this user") from None
+            return
+        except OSError as exc:
+            raise inputs.write_error(exc, "state directory", self.path) from None
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+            raise InputError(f"state directory {self.path} is {inputs.describe_mode(st.st_mode)}, not a directory; "
+                             "vgpu will not write there")
+        if self.exists():
+            raise InputError(f"a roll-out is already recorded in {self.path}",
+                             hint=f"vgpu rollout resume --state-dir {self.path} (or another --state-dir for a new one)")
+
+    def create(self) -> None:
+        try:
+            self.path.mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise inputs.write_error(exc, "state directory", self.path) from None
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """One run per state directory (a second `run`/`resume` gets exit 7 at once)."""
+        from vgpu.executor import host_lock
+
+        with host_lock(self.path, timeout=0.0, what=f"the roll-out in {self.path}"):
+            yield
+
+    def load(self) -> Rollout:
+        source = f"roll-out state {self.file}"
+        if not self.path.is_dir():
+            raise InputError(f"no roll-out in {self.path}: not a directory",
+                             hint="give the --state-dir a `vgpu rollout run` wrote")
+        if not self.exists():
+            raise InputError(f"no roll-out in {self.path}: {STATE_NAME} is missing",
+                             hint="give the --state-dir a `vgpu rollout run` wrote")
+        data = inputs.load_json(self.file, "roll-out state", limit=MAX_STATE)
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+            raise InputError(f"{source}: schema {str(found)[:60]!r}; this vgpu reads {SCHEMA}")
+        try:
+            rollout = Rollout.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "top level"
+            raise InputError(f"{source}: {where[:200]}: {err['msg'][:200]}",
+                             hint="the file is vgpu's record of a roll-out; restore it or start a new roll-out") \
+                from None
+        rollout.check(source)
+        return rollout
+
+    def save(self, rollout: Rollout) -> None:
+        import json
+
+        rollout.updated = now()
+        data = json.dumps(rollout.to_dict(), indent=2, allow_nan=False) + "\n"
+        try:
+            atomic_write(self.file, data, 0o600)
+        except OSError as exc:
+            raise inputs.write_error(exc, "roll-out state", self.file) from None
+
+    def wave_dir(self, wave: int) -> Path:
+        return self.path / f"wave-{wave:02d}"
