@@ -51,7 +51,8 @@ LIMITS: dict[str, int] = {
     "snapshot": 64 * MiB,
     "known_hosts": 16 * MiB,
     "agent output": 8 * MiB,  # what one guest's agent may print (stdout of one run)
-    "replay file": 16 * MiB,  # validate --simulate --replay-dir: a simulated guest's description
+    "replay file": 16 * MiB,
+    "roll-out state": 16 * MiB,  # vgpu rollout's state.json: about 300 bytes per host  # validate --simulate --replay-dir: a simulated guest's description
 }
 MAX_JSON_DEPTH = 64  # vgpu's own JSON documents nest at most 6 levels
 MAX_YAML_DEPTH = 32

@@ -133,7 +133,7 @@ def load_baseline(path: Path):
 
     report = json_report.load(Path(path))
     file = Path(path) / JSON_NAME if Path(path).is_dir() else Path(path)
-    return report, sha256_of(file, "baseline report")
+    return report, sha256_of(file, "report")
 
 
 def new_rollout(prep: Prepared) -> Rollout:
@@ -377,9 +377,9 @@ class Runner:
             if report is not None:
                 wave.reports["validate"] = _rel(out / "validate" / "validation-report.html", self.store.path)
             self._gate_validation(recs, guests, report, error)
-            guests = {g: h for g, h in guests.items() if recs[h].state == "in_progress"}
-            if guests and self.baseline is not None and report is not None:
-                self._phase(recs, sorted(set(guests.values())), "compare", wave)
+            if self.baseline is not None and report is not None:  # failed guests too: by how much, for the record
+                self._phase(recs, sorted({h for h in guests.values() if recs[h].state == "in_progress"}), "compare",
+                            wave)
                 self._gate_comparison(recs, guests, report, out)
                 wave.reports["compare"] = _rel(out / "compare" / "comparison.html", self.store.path)
         for rec in recs.values():
@@ -453,9 +453,9 @@ class Runner:
 def _why(guest) -> str:
     bad = [c for c in guest.checks if c.status in ("fail", "error")]
     if bad:
-        c = bad[0]
-        return f"{c.name} {c.status}: {c.detail}".strip()[:500]
-    return (guest.detail or guest.outcome.value)[:500]
+        first = bad[0]
+        return f"{', '.join(c.name for c in bad)} (first: {first.detail or first.status})"[:600]
+    return (guest.detail or guest.outcome.value)[:600]
 
 
 def _rel(path: Path, root: Path) -> str:

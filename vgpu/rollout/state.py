@@ -27,7 +27,6 @@ from vgpu.fsutil import atomic_write
 
 SCHEMA = "vgpu.rollout/v1"
 STATE_NAME = "state.json"
-MAX_STATE = 16 << 20  # bytes
 MAX_HOSTS = 4096
 
 HostState = Literal["not_started", "in_progress", "done", "failed"]
@@ -191,7 +190,7 @@ class StateDir:
         if not self.exists():
             raise InputError(f"no roll-out in {self.path}: {STATE_NAME} is missing",
                              hint="give the --state-dir a `vgpu rollout run` wrote")
-        data = inputs.load_json(self.file, "roll-out state", limit=MAX_STATE)
+        data = inputs.load_json(self.file, "roll-out state")
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
             found = data.get("schema") if isinstance(data, dict) else type(data).__name__
             raise InputError(f"{source}: schema {str(found)[:60]!r}; this vgpu reads {SCHEMA}")
