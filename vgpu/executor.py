@@ -20,6 +20,7 @@ import fcntl
 import json
 import os
 import signal
+import stat
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -51,9 +52,17 @@ def host_lock(state_dir: Path | None, timeout: float = 30.0, *, what: str = "the
     path = state_dir / "lock"
     try:
         state_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        # never through a symlink, never a FIFO or device: the lock file is truncated and written below
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise HostError(f"the lock file {path} is a symbolic link; vgpu will not follow it",
+                            hint=f"remove it: vgpu makes its own lock file in {state_dir}") from None
         raise _lock_error(exc, path) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise HostError(f"the lock file {path} is not a regular file; vgpu will not write into it",
+                        hint=f"remove it: vgpu makes its own lock file in {state_dir}")
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -89,8 +98,11 @@ def lock_holder(state_dir: Path | None) -> str | None:
     if state_dir is None:
         return None
     try:
-        fd = os.open(state_dir / "lock", os.O_RDWR)
+        fd = os.open(state_dir / "lock", os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -1,0 +1,232 @@
+"""Hostile input to `vgpu rollout`: its state file (a FIFO, /dev/zero, a directory, huge, binary, deep, the wrong
+shape, or crafted: inconsistent waves, report paths outside the directory), its state directory and lock file,
+and every bad option of `run`. Each case: the documented exit code, one error line, nothing changed (no state
+directory created by a refused `run`)."""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from .conftest import Watch, assert_refused, vgpu
+from .test_outside_files import HOW, hostile
+
+TIMEOUT = 60
+INVENTORY = """all:
+  vars:
+    ansible_connection: local
+  children:
+    gim_hosts:
+      hosts:
+        kvm-1: {}
+        kvm-2: {}
+        kvm-3: {}
+    gpu_guests:
+      hosts:
+        vm-1: {vgpu_host: kvm-1}
+        vm-2: {vgpu_host: kvm-2}
+"""
+
+
+def run(*args: str) -> object:
+    return vgpu("rollout", *args, timeout=TIMEOUT)
+
+
+def state_doc(hosts=("kvm-1", "kvm-2")) -> dict:
+    wave_hosts = [[hosts[0]], list(hosts[1:])]
+    return {
+        "schema": "vgpu.rollout/v1", "created": "2026-12-04T00:00:00Z", "updated": "2026-12-04T00:00:00Z",
+        "state": "stopped", "reason": "wave 2 failed",
+        "spec": {"inventory": "/nonexistent/inventory.yml", "inventory_sha256": "0" * 64, "profile": "mi300x-1vf",
+                 "hosts_pattern": "gim_hosts", "guests_pattern": "gpu_guests", "serial": ["1"],
+                 "max_unavailable": "1"},
+        "max_unavailable_hosts": 1,
+        "waves": [{"index": i + 1, "canary": i == 0, "hosts": hs, "state": "pending"}
+                  for i, hs in enumerate(wave_hosts)],
+        "hosts": {h: {"wave": 1 if h == hosts[0] else 2, "state": "not_started"} for h in hosts},
+    }
+
+
+@pytest.fixture
+def area(tmp_path) -> Path:
+    (tmp_path / "inventory.yml").write_text(INVENTORY)
+    return tmp_path
+
+
+STATE_NEEDLE = {"fifo": "FIFO", "dev-zero": "character device", "directory": "a directory, not a regular file",
+                "over-cap": "16 MiB", "nul": "binary data", "bad-utf8": "not UTF-8", "deep": "deeper than 64",
+                "wrong-shape": "schema 'list'"}
+
+
+@pytest.mark.parametrize("how,command", [(how, "resume") for how in HOW] + [("fifo", "status"), ("deep", "status")])
+def test_state_file(area, how, command):
+    state_dir = area / "rollout"
+    state_dir.mkdir()
+    hostile(state_dir / "state.json", how, "roll-out state", text=b'{"schema": ', wrong=b"[1, 2]")
+    watch = Watch(area)
+    proc = run(command, "--state-dir", str(state_dir))
+    assert_refused(proc, 5, "roll-out state", "state.json", STATE_NEEDLE[how])
+    watch.unchanged()
+
+
+def crafted(doc: dict, case: str) -> dict:
+    if case == "host-in-two-waves":
+        doc["waves"][1]["hosts"].append("kvm-1")
+    elif case == "report-outside":
+        doc["waves"][0]["reports"] = {"validate": "../../../etc/shadow"}
+    elif case == "report-absolute":
+        doc["waves"][0]["reports"] = {"validate": "/etc/shadow"}
+    elif case == "canary-not-first":
+        doc["waves"][1]["canary"] = True
+    elif case == "host-without-record":
+        del doc["hosts"]["kvm-2"]
+    elif case == "unknown-state":
+        doc["hosts"]["kvm-1"]["state"] = "rm -rf /"
+    elif case == "unknown-field":
+        doc["spec"]["playbook"] = "/tmp/evil.yml"
+    elif case == "negative-attempts":
+        doc["hosts"]["kvm-1"]["attempts"] = -1
+    elif case == "huge-reason":
+        doc["reason"] = "x" * 100_000
+    elif case == "template-extra-var":
+        doc["spec"]["extra_vars"] = {"x": {"nested": "{{ lookup('pipe', 'id') }}"}}
+    elif case == "other-schema":
+        doc["schema"] = "vgpu.rollout/v9"
+    elif case == "wrong-type":
+        doc["max_unavailable_hosts"] = "all"
+    return doc
+
+
+CRAFTED = {"host-in-two-waves": "in two waves", "report-outside": "outside the state directory",
+           "report-absolute": "outside the state directory", "canary-not-first": "only the first wave",
+           "host-without-record": "no matching host record", "unknown-state": "hosts.kvm-1.state",
+           "unknown-field": "spec.playbook", "negative-attempts": "attempts", "huge-reason": "reason",
+           "template-extra-var": "extra_vars", "other-schema": "vgpu.rollout/v9", "wrong-type": "max_unavailable_hosts"}
+
+
+@pytest.mark.parametrize("case", sorted(CRAFTED))
+def test_crafted_state_is_refused_before_a_resume_trusts_it(area, case):
+    state_dir = area / "rollout"
+    state_dir.mkdir()
+    (state_dir / "state.json").write_text(json.dumps(crafted(state_doc(), case)))
+    watch = Watch(area)
+    proc = run("resume", "--state-dir", str(state_dir))
+    line = assert_refused(proc, 5, "roll-out state", CRAFTED[case])
+    assert len(line) < 600
+    watch.unchanged()
+
+
+def test_a_missing_roll_out_is_named(area):
+    (area / "empty").mkdir()
+    watch = Watch(area)
+    assert_refused(run("status", "--state-dir", str(area / "nowhere")), 5, "no roll-out in")
+    assert_refused(run("resume", "--state-dir", str(area / "empty")), 5, "state.json is missing")
+    watch.unchanged()
+
+
+def test_a_lock_file_that_is_a_symlink_or_fifo_is_never_written_through(area):
+    victim = area / "victim"
+    victim.write_text("precious\n")
+    state_dir = area / "rollout"
+    state_dir.mkdir()
+    (state_dir / "state.json").write_text(json.dumps(state_doc()))
+    (state_dir / "lock").symlink_to(victim)
+    watch = Watch(area)
+    assert_refused(run("resume", "--state-dir", str(state_dir)), 1, "lock file", "symbolic link")
+    (state_dir / "lock").unlink()
+    os.mkfifo(state_dir / "lock")
+    watch = Watch(area)
+    assert_refused(run("resume", "--state-dir", str(state_dir)), 1, "lock file", "not a regular file")
+    watch.unchanged()
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_second_run_on_the_same_state_directory_is_locked_out(area):
+    state_dir = area / "rollout"
+    state_dir.mkdir()
+    (state_dir / "state.json").write_text(json.dumps(state_doc()))
+    with open(state_dir / "lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("vgpu pid 1 since 00:00:00\n")
+        held.flush()
+        watch = Watch(area)
+        proc = run("resume", "--state-dir", str(state_dir))
+        assert_refused(proc, 7, "roll-out in", "locked by vgpu pid 1")
+        watch.unchanged()
+
+
+def run_args(area: Path, *extra: str) -> list[str]:
+    return ["run", "--inventory", str(area / "inventory.yml"), "--profile", "mi300x-1vf",
+            "--state-dir", str(area / "rollout"), "--hosts", "gim_hosts", *extra]
+
+
+BAD_RUNS = {
+    "unknown-profile": (["--profile", "mi300x-99vf"], "mi300x-99vf"),
+    "bad-serial": (["--serial", "1,0"], "--serial entry '0'"),
+    "bad-max-unavailable": (["--max-unavailable", "150%"], "--max-unavailable '150%'"),
+    "unknown-canary": (["--canary", "kvm-9"], "--canary kvm-9: not one of the roll-out's 3 host(s)"),
+    "hostile-canary": (["--canary", "kvm-1\x1b[2J;rm"], "--canary"),
+    "canary-over-budget": (["--canary", "kvm-1", "--canary", "kvm-2", "--max-unavailable", "1"],
+                           "canary has 2 hosts but at most 1"),
+    "secret-var": (["-e", "vault_password=hunter2"], "looks like a secret"),
+    "own-var": (["-e", "provision_profile=mi300x-8vf"], "sets this variable itself"),
+    "template-var": (["-e", "x={{ lookup('pipe','id') }}"], "Jinja template"),
+    "bad-threshold": (["--threshold", "fp8=-3"], "--threshold"),
+    "baseline-fifo": (["--baseline", "FIFO"], "FIFO"),
+    "baseline-not-a-report": (["--baseline", "INVENTORY"], "report"),
+    "no-such-hosts": (["--hosts", "esxi_hosts"], "no hosts match --limit esxi_hosts"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_RUNS))
+def test_a_bad_run_is_refused_before_anything_is_written(area, case):
+    args, needle = BAD_RUNS[case]
+    if "FIFO" in args:
+        os.mkfifo(area / "baseline.fifo")
+        args = [str(area / "baseline.fifo") if a == "FIFO" else a for a in args]
+    args = [str(area / "inventory.yml") if a == "INVENTORY" else a for a in args]
+    if args[0] == "--hosts":  # replaces the default
+        base = [a for a in run_args(area) if a not in ("--hosts", "gim_hosts")]
+        argv = base + args
+    else:
+        argv = run_args(area, *args)
+    watch = Watch(area)
+    proc = run(*argv)
+    assert_refused(proc, 5, needle)
+    assert "hunter2" not in proc.stdout + proc.stderr
+    assert not (area / "rollout").exists()
+    watch.unchanged()
+
+
+def test_run_never_overwrites_a_recorded_roll_out_and_refuses_a_state_dir_that_is_not_a_directory(area):
+    state_dir = area / "rollout"
+    state_dir.mkdir()
+    (state_dir / "state.json").write_text(json.dumps(state_doc()))
+    watch = Watch(area)
+    assert_refused(run(*run_args(area)), 5, "already recorded")
+    watch.unchanged()
+    for how in ("file", "symlink"):
+        other = area / f"other-{how}"
+        if how == "file":
+            other.write_text("x")
+        else:
+            other.symlink_to(area)
+        watch = Watch(area)
+        argv = [a if a != str(state_dir) else str(other) for a in run_args(area)]
+        assert_refused(run(*argv), 5, "not a directory")
+        watch.unchanged()
+
+
+def test_dry_run_writes_nothing_and_lists_the_waves(area):
+    watch = Watch(area)
+    proc = run(*run_args(area, "--dry-run", "--json"))
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert [w["hosts"] for w in plan["waves"]] == [["kvm-1"], ["kvm-2"], ["kvm-3"]]
+    assert plan["warnings"] == ["kvm-3 (wave 3) has no guests: its gate is provisioning alone (give its guests "
+                                "the host variable vgpu_host: kvm-3)"]
+    watch.unchanged()
+    assert not (area / "rollout").exists()
