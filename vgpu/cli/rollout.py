@@ -121,8 +121,12 @@ def status(state_dir, as_json) -> int:
 
 
 def _execute(store, state, baseline, as_json: bool, *, skip_failed: bool) -> int:
+    from vgpu.cli.render import console, safe
     from vgpu.rollout.runner import PlaybookActions, Runner
 
+    err = console(err=True)
+    for warning in state.warnings:
+        err.print(f"[yellow]warning[/]: {safe(warning)}", highlight=False)
     with _Live(enabled=sys.stderr.isatty() and not as_json) as live:
         runner = Runner(store, state, PlaybookActions(state.spec), baseline=baseline, on_change=live.update)
         outcome = runner.run(skip_failed=skip_failed)

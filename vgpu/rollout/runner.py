@@ -276,7 +276,9 @@ class Runner:
                 self._check_inputs()
                 if skip_failed:
                     self._check_skip()
-                self._save("started")
+                left = [w for w in self.r.waves if w.state != "passed"]
+                self._save(f"roll-out of {self.r.spec.profile}: {len(left)} of {len(self.r.waves)} waves to run, "
+                           f"state in {self.store.path}")
                 for wave in self.r.waves:
                     if wave.state == "passed" or self._settled(wave, skip_failed):
                         continue
@@ -284,16 +286,16 @@ class Runner:
                         return Outcome(self.r, self._failure_code(wave))
             except InterruptedRun as exc:
                 self.r.state, self.r.reason = "interrupted", exc.message
-                self._save("interrupted")
+                self._save(f"roll-out interrupted: {exc.message}")
                 raise
             except RefusedError as exc:
                 self.r.state, self.r.reason = "stopped", exc.message
-                self._save("stopped")
+                self._save(f"roll-out stopped: {exc.message}")
                 raise
         failed = [h for h, rec in self.r.hosts.items() if rec.state == "failed"]
         self.r.state = "done"
         self.r.reason = (f"{len(failed)} host(s) left failed: {', '.join(failed[:8])}" if failed else None)
-        self._save("done")
+        self._save("roll-out done" + (f": {self.r.reason}" if self.r.reason else ""))
         return Outcome(self.r, ExitCode.FAILURE if failed else ExitCode.OK)
 
     def _check_inputs(self) -> None:
