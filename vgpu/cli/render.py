@@ -12,15 +12,18 @@ from __future__ import annotations
 import json
 import re
 import sys
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
+# rich is imported where a table or styled line is built, not here: safe(..., markup=False), print_json
+# and the JSON outputs never need it, and importing it costs a third of a read command's start-up.
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
 
-from vgpu.model.inventory import Gpu, Inventory, Severity
+    from vgpu.model.inventory import Gpu, Inventory
 
-_STYLE = {Severity.OK: "green", Severity.INFO: "cyan", Severity.WARNING: "yellow", Severity.ERROR: "bold red"}
+_STYLE = {"ok": "green", "info": "cyan", "warning": "yellow", "error": "bold red"}  # by Severity value
 
 # C0 controls (ESC, CR, BS, BEL, TAB, LF ...), DEL, C1 controls (CSI U+009B, OSC U+009D ...), bidi embeddings,
 # overrides and isolates, directional marks and the Unicode line/paragraph separators.
@@ -39,21 +42,27 @@ def safe(text, markup: bool = True) -> str:
     With ``markup`` (for strings rich parses as markup) ``[`` is escaped too, so ``[bold red]X[/]`` prints as
     written; without it (click.echo, rich ``Text``) the text is otherwise left as is."""
     text = _UNSAFE.sub(_visible, "-" if text is None else str(text))
-    return escape(text) if markup else text
+    if not markup:
+        return text
+    from rich.markup import escape
+    return escape(text)
 
 
 def cell(value, style: str | None = None) -> Text:
     """A table cell from outside data: a rich Text (never parsed as markup) of the safe text."""
+    from rich.text import Text
     return Text(safe(value, markup=False), style=style or "")
 
 
 def console(err: bool = False) -> Console:
+    from rich.console import Console
     return Console(stderr=err, highlight=False, soft_wrap=False)
 
 
 def table(title: str, columns: tuple[str, ...], keep_whole: tuple[str, ...] = (), **kwargs) -> Table:
     """A rich table whose title is plain text (not markup) and whose cells fold instead of ending in "…":
     nothing is cut off. Columns named in ``keep_whole`` (PCI addresses) are never wrapped or shortened."""
+    from rich.table import Table
     t = Table(title=cell(title), title_justify="left", **kwargs)
     for name in columns:
         if name in keep_whole:
@@ -65,6 +74,7 @@ def table(title: str, columns: tuple[str, ...], keep_whole: tuple[str, ...] = ()
 
 def add_row(t: Table, *values, style: str | None = None) -> None:
     """Add a row of outside values (str, numbers, None, or Text already built by this module)."""
+    from rich.text import Text
     t.add_row(*(v if isinstance(v, Text) else cell(v) for v in values), style=style)
 
 
@@ -133,6 +143,7 @@ def _inventory_table(inv: Inventory, compact: bool) -> Table:
 
 def _natural_width(renderable) -> int:
     """The width ``renderable`` takes when nothing limits it."""
+    from rich.console import Console
     return Console(width=10_000).measure(renderable).maximum
 
 
@@ -150,9 +161,9 @@ def shared_groups_table(inv: Inventory) -> Table | None:
 def findings_table(inv: Inventory, verbose: bool = True) -> Table:
     t = table("Host readiness", ("", "check", "finding", "what to do"), keep_whole=("check",))
     for f in inv.findings:
-        if f.severity is Severity.OK and not verbose:
+        if f.severity.value == "ok" and not verbose:
             continue
-        add_row(t, cell(f.severity.value, _STYLE[f.severity]), f.check, f.message, f.fix or "")
+        add_row(t, cell(f.severity.value, _STYLE[f.severity.value]), f.check, f.message, f.fix or "")
     return t
 
 

@@ -8,21 +8,26 @@ goes through ``host.kernel`` (``vgpu.sim.kernel.SimKernel``), so separate proces
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vgpu.errors import HostError, InputError
-from vgpu.sim import modules, pcicore
-from vgpu.sim.build import build_state, initial_vfs
 from vgpu.sim.kernel import LOG_NAME, SimKernel
-from vgpu.sim.pcicore import Ctx
-from vgpu.sim.spec import DEFAULT_MACHINE, MachineSpec, load_spec
 from vgpu.sim.state import LOCK_FILE, Holder, SimState, load_state, save_state, write_atomic, write_tree_mark
-from vgpu.sim.tree import Tree, registered_drivers
+
+# Building a machine (spec, presets, boot through the kernel model) is imported where a host is built:
+# opening an existing one for a read command needs only its state, its tree and the kernel's lock.
+if TYPE_CHECKING:
+    from vgpu.sim.pcicore import Ctx
+    from vgpu.sim.spec import MachineSpec
 
 ROOT_NAME = "root"
+DEFAULT_MACHINE = "8xmi300x"  # vgpu.sim.spec.DEFAULT_MACHINE, here without importing the spec's models
+_PLAIN_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")  # MachineSpec.name's pattern
 
 
 class SimHost:
@@ -37,6 +42,11 @@ class SimHost:
     def create(cls, state_dir: Path, machine: str | Path | MachineSpec = DEFAULT_MACHINE) -> "SimHost":
         """Wipe ``state_dir`` (only if empty or a simulated host) and build ``machine`` in it.
         Raises InputError for an unknown machine, a malformed spec or a foreign directory."""
+        from vgpu.sim.build import build_state
+        from vgpu.sim.pcicore import Ctx
+        from vgpu.sim.spec import MachineSpec, load_spec
+        from vgpu.sim.tree import Tree
+
         spec = machine if isinstance(machine, MachineSpec) else load_spec(machine)
         state_dir = Path(state_dir)
         _check_ours(state_dir)
@@ -84,7 +94,7 @@ class SimHost:
         from vgpu.sim.hooks import step_hook_from_env
         from vgpu.vms import sim_hypervisor_dir
 
-        return HostTarget(HostPaths.under(self.root, label=f"simulated {self.machine.name}"),
+        return HostTarget(HostPaths.under(self.root, label=f"simulated {self.machine_name}"),
                           state=self.root / "var" / "lib" / "vgpu", kernel_ops=self.kernel,
                           hypervisor_factory=lambda: SimHypervisor(sim_hypervisor_dir(self.root)),
                           step_hook=step_hook_from_env(), local_processes=False)
@@ -107,6 +117,7 @@ class SimHost:
     def is_machine(self, machine: str | Path | MachineSpec) -> bool:
         """Whether this host was built from ``machine`` (a name, a spec file, or a spec).
         Raises InputError when ``machine`` itself is unknown or malformed."""
+        from vgpu.sim.spec import MachineSpec, load_spec
         spec = machine if isinstance(machine, MachineSpec) else load_spec(machine)
         return spec.model_dump(mode="json") == self.state.machine
 
@@ -117,7 +128,15 @@ class SimHost:
 
     @property
     def machine(self) -> MachineSpec:
+        from vgpu.sim.spec import MachineSpec
         return MachineSpec.model_validate(self.state.machine)
+
+    @property
+    def machine_name(self) -> str:
+        """The machine's name, as ``machine.name`` (checked like it: a state whose spec is not valid raises),
+        without building the spec's models when the recorded spec is a plain name."""
+        name = self.state.machine.get("name")
+        return name if isinstance(name, str) and _PLAIN_NAME.fullmatch(name) else self.machine.name
 
     @property
     def log_path(self) -> Path:
@@ -259,6 +278,10 @@ def _write_etc(root: Path, spec: MachineSpec) -> None:
 def _boot(ctx: Ctx, root: Path, spec: MachineSpec) -> None:
     """Load the spec's modules in order; ``state.bind`` devices go to their named driver (a
     temporary driver_override steers driver_attach), then NICs enable their initial VFs."""
+    from vgpu.sim import modules, pcicore
+    from vgpu.sim.build import initial_vfs
+    from vgpu.sim.tree import registered_drivers
+
     state = ctx.state
     for address, driver in spec.state.bind.items():
         state.functions[address].driver_override = driver

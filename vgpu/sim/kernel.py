@@ -19,14 +19,17 @@ import os
 import signal
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from vgpu.catalog import DEFAULT as CATALOG
 from vgpu.errors import HostError
 from vgpu.host.kmsg import LOG_FILE
-from vgpu.sim import gim, modules, pcicore
-from vgpu.sim.pcicore import Ctx
 from vgpu.sim.state import Fault, SimState, load_state, locked, read_tree_mark, save_state, write_tree_mark
 from vgpu.sim.tree import Tree
+
+# The kernel model (gim, modules, PCI core, and through them the machine specs) is imported by the
+# operations that change something: a read command only opens the host (repair) and reads its tree.
+if TYPE_CHECKING:
+    from vgpu.sim.pcicore import Ctx
 
 LOG_NAME = LOG_FILE  # the kernel log of the tree, where vgpu.host.kmsg reads it back
 _GIM_ATTRS = ("memory_partition_mode", "accelerator_partition_profile")
@@ -43,10 +46,12 @@ class SimKernel:
 
     # -- KernelOps --------------------------------------------------------------------------
     def load_module(self, name: str, params: Mapping[str, str] | None = None) -> None:
+        from vgpu.sim import modules
         self.transaction(f"load_module:{name}",
                          lambda ctx: modules.load(ctx, self.root, name, dict(params or {})))
 
     def unload_module(self, name: str) -> None:
+        from vgpu.sim import modules
         self.transaction(f"unload_module:{name}", lambda ctx: modules.unload(ctx, name))
 
     def write_attr(self, path: Path, value: str) -> None:
@@ -79,6 +84,7 @@ class SimKernel:
                 raise HostError(f"{description}: {fault.error}", subject="injected")
             if readonly and fault is None:
                 return None
+            from vgpu.sim.pcicore import Ctx
             ctx = Ctx(state)
             try:
                 result = change(ctx)
@@ -148,6 +154,7 @@ class SimKernel:
 
     # -- attribute writes -------------------------------------------------------------------
     def _write(self, ctx: Ctx, path: Path, value: str) -> None:
+        from vgpu.sim import pcicore
         parts = Path(self._inside(path)).parts
         if parts == ("sys", "bus", "pci", "drivers_probe"):
             f = ctx.fn(pcicore.address_from(path, value))
@@ -163,6 +170,7 @@ class SimKernel:
             _refuse(path)
 
     def _driver_file(self, ctx: Ctx, path: Path, driver: str, name: str, value: str) -> None:
+        from vgpu.sim import pcicore
         if not pcicore.is_registered(ctx.state, driver):
             raise HostError(f"{path}: No such file or directory (driver {driver} is not loaded)")
         if name in ("new_id", "remove_id"):
@@ -196,6 +204,7 @@ class SimKernel:
             _refuse(path)
 
     def _device_file(self, ctx: Ctx, path: Path, f, name: str, value: str) -> None:
+        from vgpu.sim import gim, pcicore
         if name == "driver_override":
             text = value.strip()
             f.driver_override = text or None
@@ -215,6 +224,7 @@ class SimKernel:
 def _amdgpu_partition(ctx: Ctx, f, name: str, value: str) -> None:
     """amdgpu's current_*_partition: a mode the model has, memory partitions <= compute ones
     (ROCm amdgpu-docs gpu-partitioning/mi300x/overview.rst)."""
+    from vgpu.catalog import DEFAULT as CATALOG
     model = CATALOG.by_name(f.gpu_model)
     text = value.strip().upper()
     compute, memory = f.compute_partition, f.memory_partition
