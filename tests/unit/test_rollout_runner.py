@@ -5,6 +5,7 @@ a resume reads back."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -219,3 +220,19 @@ def test_the_state_file_is_private_and_reads_back_as_written(make):
     Runner(store, rollout, Fleet()).run()
     assert store.file.stat().st_mode & 0o777 == 0o600
     assert store.load().to_dict() == json.loads(store.file.read_text())
+
+
+def test_the_state_validates_against_the_committed_schema_which_matches_the_model(make):
+    import jsonschema
+
+    from vgpu.rollout.state import schema_text
+
+    committed = (Path(__file__).resolve().parents[2] / "vgpu" / "schemas" / "rollout-v1.json").read_text()
+    assert committed == schema_text(), "regenerate: python -c 'from vgpu.rollout.state import schema_text; " \
+                                       "print(schema_text(), end=\"\")' > vgpu/schemas/rollout-v1.json"
+    store, rollout = make(baseline=True)
+    fleet = Fleet({"vm-3": 900.0})
+    Runner(store, rollout, fleet, baseline=report({f"vm-{i}": 1300.0 for i in range(1, 6)})).run()
+    doc = json.loads(store.file.read_text())
+    jsonschema.validate(doc, json.loads(committed))
+    assert doc["hosts"]["kvm-3"]["state"] == "failed"

@@ -131,6 +131,17 @@ class Rollout(_Model):
             raise InputError(f"{source}: host {extra[:80]!r} is recorded but in no wave")
 
 
+def schema_text() -> str:
+    """The JSON schema of state.json, generated from the model (committed as vgpu/schemas/rollout-v1.json)."""
+    import json
+
+    schema = Rollout.model_json_schema(by_alias=True, mode="serialization")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://vgpu.invalid/schemas/rollout-v1.json"
+    schema["title"] = "vgpu roll-out state (vgpu rollout; docs/rollout.md)"
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
 def now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
