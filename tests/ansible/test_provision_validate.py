@@ -212,6 +212,38 @@ def test_validate_playbook_fails_the_play_on_a_failed_guest_and_keeps_the_junit(
     assert "<failure" in junit
 
 
+def test_validate_fails_guests_that_regress_against_the_baseline_though_they_pass_their_checks(run_play, tmp_path):
+    """validate_baseline: the AWX workflow's gate is the roll-out's (validation and the comparison). The baseline
+    is these guests' own report with FP8 raised by half: today's run passes every check but is a regression."""
+    first = run_play(PLAYBOOKS / "validate.yml", validate_vars(tmp_path, validate_skip_workloads=False,
+                                                                validate_report_dir=str(tmp_path / "before")))
+    assert first.rc == 0, first.stderr[-3000:]
+    doc = json.loads((tmp_path / "before" / "validation-report.json").read_text())
+    raised = 0
+    for guest in doc["guests"]:
+        for check in guest["checks"]:
+            if check["name"] == "fp8.hipblaslt" and isinstance(check["measured"], (int, float)):
+                check["measured"] *= 1.5
+                raised += 1
+    assert raised == 2
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps(doc))
+    play = run_play(PLAYBOOKS / "validate.yml", validate_vars(
+        tmp_path, validate_skip_workloads=False, validate_baseline=str(baseline), validate_thresholds=["fp8=10"]))
+    assert play.rc != 0
+    name, msg = play.failed()
+    assert name == "Fail when the simulated guests did not all pass" and "2 regressed against the baseline" in msg
+    stats = play.doc["global_custom_stats"]["vgpu_validation"]
+    assert stats["summary"]["failed"] == 0 and sorted(stats["regressions"]) == sorted(g["name"] for g in doc["guests"])
+    assert stats["comparison"]["regressions"] >= 2
+    comparison = json.loads((tmp_path / "reports" / "compare" / "comparison.json").read_text())
+    assert comparison["thresholds_percent"]["fp8"] == 10.0
+    # within a threshold that tolerates it, the same run passes
+    again = run_play(PLAYBOOKS / "validate.yml", validate_vars(
+        tmp_path, validate_skip_workloads=False, validate_baseline=str(baseline), validate_thresholds=["fp8=60"]))
+    assert again.rc == 0, again.stderr[-3000:]
+
+
 def test_validate_turns_the_plays_hosts_into_guests_and_fails_the_unreachable_one(run_play, tmp_path):
     # Two guests as Ansible's inventory gives them: one on a closed port, one with a key file. Neither can be
     # reached (nothing listens), so both fail in the play with vgpu's outcome, and the report names them.
