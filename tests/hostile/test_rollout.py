@@ -50,6 +50,16 @@ def state_doc(hosts=("kvm-1", "kvm-2")) -> dict:
     }
 
 
+def valid_doc(area: Path) -> dict:
+    """A state that passes every check of resume (its inventory, hash and hosts), to test what comes after."""
+    import hashlib
+
+    doc = state_doc()
+    doc["spec"]["inventory"] = str(area / "inventory.yml")
+    doc["spec"]["inventory_sha256"] = hashlib.sha256((area / "inventory.yml").read_bytes()).hexdigest()
+    return doc
+
+
 @pytest.fixture
 def area(tmp_path) -> Path:
     (tmp_path / "inventory.yml").write_text(INVENTORY)
@@ -93,6 +103,27 @@ def crafted(doc: dict, case: str) -> dict:
         doc["reason"] = "x" * 100_000
     elif case == "template-extra-var":
         doc["spec"]["extra_vars"] = {"x": {"nested": "{{ lookup('pipe', 'id') }}"}}
+    elif case == "template-string-var":
+        doc["spec"]["extra_vars"] = {"x": "{{ lookup('pipe', 'touch /tmp/pwned') }}"}
+    elif case == "template-in-list-var":
+        doc["spec"]["extra_vars"] = {"x": ["ok", "{% for x in range(9) %}{% endfor %}"]}
+    elif case == "secret-var":
+        doc["spec"]["extra_vars"] = {"ansible_become_password": "hunter2"}
+    elif case == "own-var":
+        doc["spec"]["extra_vars"] = {"vgpu_provision_hosts": "all"}
+    elif case == "template-profile":
+        doc["spec"]["profile"] = "{{ lookup('env', 'HOME') }}"
+    elif case == "template-pattern":
+        doc["spec"]["hosts_pattern"] = "{{ groups.all | join(',') }}"
+    elif case == "host-all":
+        doc["waves"][1]["hosts"] = ["all"]
+        doc["hosts"]["all"] = doc["hosts"].pop("kvm-2")
+    elif case == "host-pattern":
+        doc["waves"][1]["hosts"] = ["kvm-*"]
+        doc["hosts"]["kvm-*"] = doc["hosts"].pop("kvm-2")
+    elif case == "escape-host":
+        doc["waves"][1]["hosts"] = ["kvm\x1b]0;pwned\x07"]
+        doc["hosts"]["kvm\x1b]0;pwned\x07"] = doc["hosts"].pop("kvm-2")
     elif case == "other-schema":
         doc["schema"] = "vgpu.rollout/v9"
     elif case == "wrong-type":
@@ -104,7 +135,12 @@ CRAFTED = {"host-in-two-waves": "in two waves", "report-outside": "outside the s
            "report-absolute": "outside the state directory", "canary-not-first": "only the first wave",
            "host-without-record": "no matching host record", "unknown-state": "hosts.kvm-1.state",
            "unknown-field": "spec.playbook", "negative-attempts": "attempts", "huge-reason": "reason",
-           "template-extra-var": "extra_vars", "other-schema": "vgpu.rollout/v9", "wrong-type": "max_unavailable_hosts"}
+           "template-extra-var": "extra_vars", "other-schema": "vgpu.rollout/v9", "wrong-type": "max_unavailable_hosts",
+           "template-string-var": "Jinja template", "template-in-list-var": "Jinja template",
+           "secret-var": "looks like a secret", "own-var": "sets this variable itself",
+           "template-profile": "Jinja template", "template-pattern": "Jinja template",
+           "host-all": "not an inventory host name", "host-pattern": "not an inventory host name",
+           "escape-host": "not an inventory host name"}
 
 
 @pytest.mark.parametrize("case", sorted(CRAFTED))
@@ -115,7 +151,7 @@ def test_crafted_state_is_refused_before_a_resume_trusts_it(area, case):
     watch = Watch(area)
     proc = run("resume", "--state-dir", str(state_dir))
     line = assert_refused(proc, 5, "roll-out state", CRAFTED[case])
-    assert len(line) < 600
+    assert len(line) < 600 and "\x1b" not in proc.stderr and "hunter2" not in proc.stderr
     watch.unchanged()
 
 
@@ -132,7 +168,7 @@ def test_a_lock_file_that_is_a_symlink_or_fifo_is_never_written_through(area):
     victim.write_text("precious\n")
     state_dir = area / "rollout"
     state_dir.mkdir()
-    (state_dir / "state.json").write_text(json.dumps(state_doc()))
+    (state_dir / "state.json").write_text(json.dumps(valid_doc(area)))
     (state_dir / "lock").symlink_to(victim)
     watch = Watch(area)
     assert_refused(run("resume", "--state-dir", str(state_dir)), 1, "lock file", "symbolic link")
@@ -147,7 +183,7 @@ def test_a_lock_file_that_is_a_symlink_or_fifo_is_never_written_through(area):
 def test_a_second_run_on_the_same_state_directory_is_locked_out(area):
     state_dir = area / "rollout"
     state_dir.mkdir()
-    (state_dir / "state.json").write_text(json.dumps(state_doc()))
+    (state_dir / "state.json").write_text(json.dumps(valid_doc(area)))
     with open(state_dir / "lock", "w") as held:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         held.write("vgpu pid 1 since 00:00:00\n")
@@ -230,3 +266,17 @@ def test_dry_run_writes_nothing_and_lists_the_waves(area):
                                 "the host variable vgpu_host: kvm-3)"]
     watch.unchanged()
     assert not (area / "rollout").exists()
+
+
+def test_a_state_naming_hosts_outside_its_inventory_is_refused(area):
+    """A state file whose inventory hash matches but whose hosts are not the inventory's roll-out hosts (copied
+    from another roll-out, or edited) never sends a playbook anywhere."""
+    doc = valid_doc(area)
+    doc["waves"][1]["hosts"] = ["kvm-9"]
+    doc["hosts"]["kvm-9"] = doc["hosts"].pop("kvm-2")
+    state_dir = area / "rollout"
+    state_dir.mkdir()
+    (state_dir / "state.json").write_text(json.dumps(doc))
+    watch = Watch(area)
+    assert_refused(run("resume", "--state-dir", str(state_dir)), 5, "host kvm-9 is not one of the inventory's")
+    watch.unchanged()

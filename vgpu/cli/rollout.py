@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from vgpu.errors import ExitCode
+from vgpu.errors import ExitCode, InputError
 
 HOST_STYLES = {"done": "green", "in_progress": "yellow", "failed": "bold red", "not_started": "dim"}
 WAVE_STYLES = {"passed": "green", "running": "yellow", "failed": "bold red", "pending": "dim"}
@@ -91,10 +91,17 @@ def resume(state_dir, skip_failed, as_json) -> int:
     """
     from vgpu.rollout.state import StateDir
 
+    from vgpu.rollout.runner import check_against_inventory, sha256_of
+
     store = StateDir(state_dir)
     state = store.load()
+    if sha256_of(Path(state.spec.inventory), "inventory") == state.spec.inventory_sha256:
+        check_against_inventory(state)  # before the lock: a refused resume leaves nothing behind
     with store.lock():
-        state = store.load()  # what the last run wrote before it let go of the lock
+        latest = store.load()  # what the last run wrote before it let go of the lock
+        if latest.spec != state.spec or set(latest.hosts) != set(state.hosts):
+            raise InputError(f"the roll-out in {state_dir} changed while resume read it", hint="run resume again")
+        state = latest
         if state.state == "done" and not any(h.state == "failed" for h in state.hosts.values()):
             click.echo(f"the roll-out in {state_dir} is done: nothing to resume", err=True)
             _finish(state, as_json)

@@ -29,15 +29,11 @@ from typing import Any, Protocol
 from vgpu import inputs
 from vgpu.errors import ExitCode, InputError, InterruptedRun, RefusedError
 from vgpu.rollout import waves as W
-from vgpu.rollout.state import HostRecord, Rollout, Spec, StateDir, WaveRecord, now
+from vgpu.rollout.state import HostRecord, Rollout, Spec, StateDir, WaveRecord, check_variable, now
 
 HOSTS_PATTERN = "gim_hosts:passthrough_hosts"
 GUESTS_PATTERN = "gpu_guests"
 HOST_VAR = "vgpu_host"
-# variables the roll-out sets for each playbook itself: an -e of the same name would silently change a wave
-OWN_VARS = frozenset({"provision_profile", "vgpu_serial", "vgpu_max_fail_percentage", "vgpu_provision_hosts",
-                      "vgpu_guests", "validate_report_dir", "validate_profile", "validate_simulate"})
-
 
 @dataclass
 class Request:
@@ -72,21 +68,18 @@ def prepare(req: Request) -> Prepared:
     """Check everything a roll-out needs before it changes anything (InputError, exit 5): the profile, the
     inventory (read by Ansible), the canary, the sizes, the baseline report, the thresholds, the variables."""
     from vgpu.automation.inventory import read_inventory
-    from vgpu.automation.playbooks import _SECRET
     from vgpu.guest.report import compare as cmp
     from vgpu.profiles import load_profile
 
     load_profile(req.profile)  # an unknown or invalid profile stops here, not in the first wave
     if req.guest_profile:
         load_profile(req.guest_profile)
-    for key in req.extra_vars:
-        if key in OWN_VARS:
-            raise InputError(f"--extra-vars {key}: the roll-out sets this variable itself for each wave",
-                             hint="use --profile, --guest-profile, --hosts or --guests")
-        if _SECRET.search(key):
-            raise InputError(f"--extra-vars {key}: looks like a secret; a roll-out records its variables in its "
-                             "state file to resume with them", hint="keep secrets in the inventory (ansible-vault) "
-                             "or in the environment")
+    for key, value in req.extra_vars.items():
+        try:
+            check_variable(key, value)
+        except ValueError as exc:
+            raise InputError(f"--extra-vars {exc}", hint="--profile, --guest-profile, --hosts and --guests set the "
+                             "roll-out's own variables") from None
     serial = tuple(W.check_size(s, "--serial entry") for s in req.serial)
     W.check_size(req.max_unavailable, "--max-unavailable")
     canary = tuple(W.check_name(c, "--canary") for c in req.canary)
@@ -124,6 +117,25 @@ def _guests(inventory: Path, pattern: str) -> dict[str, dict]:
             return {}
         raise
     return {W.check_name(g, "inventory guest"): hv for g, hv in inv.hostvars.items()}
+
+
+def check_against_inventory(rollout: Rollout) -> None:
+    """Before a resume: every recorded host is still one of the inventory's roll-out hosts and every recorded guest
+    one of its guests (the file's hash is checked too, by the runner), so a state file cannot send a playbook to
+    hosts the roll-out never planned. Raises InputError."""
+    from vgpu.automation.inventory import read_inventory
+
+    spec = rollout.spec
+    hosts = set(read_inventory(Path(spec.inventory), limit=spec.hosts_pattern).hosts)
+    stray = sorted(set(rollout.hosts) - hosts)
+    if stray:
+        raise InputError(f"roll-out state: host {stray[0]} is not one of the inventory's {spec.hosts_pattern} hosts",
+                         hint="the state belongs to another inventory; start a new roll-out")
+    guests = set(_guests(Path(spec.inventory), spec.guests_pattern))
+    stray = sorted({g for rec in rollout.hosts.values() for g in rec.guests} - guests)
+    if stray:
+        raise InputError(f"roll-out state: guest {stray[0]} is not one of the inventory's {spec.guests_pattern} "
+                         "guests", hint="the state belongs to another inventory; start a new roll-out")
 
 
 def load_baseline(path: Path):

@@ -14,12 +14,14 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
+import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError,
+                      field_validator)
 
 from vgpu import inputs
 from vgpu.errors import InputError
@@ -35,6 +37,30 @@ RolloutState = Literal["running", "stopped", "interrupted", "done"]
 Phase = Literal["provision", "guest-stack", "validate", "compare"]
 Text = Field(default=None, max_length=4000)
 Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
+
+
+# variables the roll-out sets for each playbook itself: an -e of the same name would silently change a wave
+OWN_VARS = frozenset({"provision_profile", "vgpu_serial", "vgpu_max_fail_percentage", "vgpu_provision_hosts",
+                      "vgpu_guests", "validate_report_dir", "validate_profile", "validate_simulate"})
+_TEMPLATE = re.compile(r"\{\{|\{%|\{#")
+_VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_SECRET = re.compile(r"pass|secret|token|key|credential", re.I)
+
+
+def check_variable(key: str, value: Any) -> None:
+    """A variable the roll-out passes to every playbook (from -e, or back from the state file): a plain name
+    that is not the roll-out's own or a secret, and literal values (Ansible would run a template on the
+    controller). Raises ValueError."""
+    if not _VAR.match(key):
+        raise ValueError(f"{key[:60]!r} is not a variable name")
+    if key in OWN_VARS:
+        raise ValueError(f"{key}: the roll-out sets this variable itself for each wave")
+    if _SECRET.search(key):
+        raise ValueError(f"{key}: looks like a secret; a roll-out records its variables in its state file to "
+                         "resume with them (keep secrets in the inventory, with ansible-vault)")
+    for item in value if isinstance(value, list) else [value]:
+        if isinstance(item, str) and _TEMPLATE.search(item):
+            raise ValueError(f"{key}: the value is a Jinja template; vgpu passes only literal values")
 
 
 class _Model(BaseModel):
@@ -58,6 +84,20 @@ class Spec(_Model):
     thresholds: dict[str, float] = Field(default_factory=dict, max_length=64)
     guest_stack: bool = False
     extra_vars: dict[str, Union[Scalar, list[Scalar]]] = Field(default_factory=dict, max_length=128)
+
+    @field_validator("profile", "guest_profile", "hosts_pattern", "guests_pattern", "inventory", "baseline")
+    @classmethod
+    def _literal(cls, v: str | None) -> str | None:
+        if v is not None and _TEMPLATE.search(v):
+            raise ValueError("a Jinja template; vgpu passes only literal values")
+        return v
+
+    @field_validator("extra_vars")
+    @classmethod
+    def _variables(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for key, value in v.items():
+            check_variable(key, value)
+        return v
 
 
 class HostRecord(_Model):
@@ -110,6 +150,10 @@ class Rollout(_Model):
 
     def check(self, source: str) -> None:
         """Consistency a resume relies on; InputError naming the first problem."""
+        from vgpu.rollout.waves import check_name
+
+        for name in [*self.hosts, *(g for rec in self.hosts.values() for g in rec.guests), *self.spec.canary]:
+            check_name(name, f"{source}: host")
         seen: set[str] = set()
         for i, wave in enumerate(self.waves, start=1):
             if wave.index != i:

@@ -18,7 +18,9 @@ from vgpu.errors import InputError
 DEFAULT_SERIAL = ("1", "25%")
 DEFAULT_MAX_UNAVAILABLE = "25%"
 _SIZE = re.compile(r"^(?:([1-9][0-9]{0,5})|([1-9][0-9]?(?:\.[0-9]+)?|100)%)$")
-_NAME = re.compile(r"^[A-Za-z0-9_.:\[\]-]{1,253}$")
+# an inventory host name, never an Ansible pattern: the names are joined into --limit (no ",", "*", "!", "&",
+# "~", ranges in brackets; "all" and "ungrouped" name groups)
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,252}$")
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,6 @@ def split(hosts: list[str], size: int) -> list[list[str]]:
 
 
 def check_name(name: str, what: str) -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.match(name) or name in ("all", "ungrouped"):
         raise InputError(f"{what} {str(name)[:60]!r}: not an inventory host name")
     return name
