@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 
-def atomic_write(path: Path, data: bytes | str, mode: int = 0o644, *, durable: bool = True) -> None:
+def atomic_write(path: Path, data: bytes | str | Iterable[bytes], mode: int = 0o644, *, durable: bool = True) -> None:
     """Temp file beside ``path``, fsync, chmod, os.replace: readers see the old or the new file.
+    ``data`` may be an iterable of byte chunks, written as they come (a large report, streamed).
     ``durable=False`` skips the fsync: still atomic for readers and against a killed process, not
     against power loss (the simulator, which only has to survive SIGKILL, writes thousands of files)."""
     path = Path(path)
@@ -16,7 +18,11 @@ def atomic_write(path: Path, data: bytes | str, mode: int = 0o644, *, durable: b
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+            if isinstance(data, (bytes, str)):
+                fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+            else:
+                for chunk in data:
+                    fh.write(chunk)
             fh.flush()
             if durable:
                 os.fsync(fh.fileno())

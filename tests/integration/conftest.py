@@ -78,24 +78,25 @@ def stranger_key(ssh_dir) -> Path:
     return ssh_dir / "stranger"
 
 
-def _config(d: Path, address: str, port: int, host_key: Path, authorized: Path) -> Path:
+def _config(d: Path, address: str, port: int, host_key: Path, authorized: Path, extra: tuple[str, ...] = ()) -> Path:
     cfg = d / "sshd_config"
     cfg.write_text("\n".join([
         f"ListenAddress {address}", f"Port {port}", f"HostKey {host_key}", f"PidFile {d / 'sshd.pid'}",
         f"AuthorizedKeysFile {authorized}", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
         "PubkeyAuthentication yes", "PermitRootLogin prohibit-password", "UsePAM no", "StrictModes no",
-        "Subsystem sftp internal-sftp", "MaxStartups 100:30:200", "MaxSessions 50", "LogLevel ERROR", "",
+        "Subsystem sftp internal-sftp", "MaxStartups 100:30:200", "MaxSessions 50", "LogLevel ERROR", *extra, "",
     ]))
     return cfg
 
 
 def start_sshd(d: Path, authorized: Path, *, address: str = "127.0.0.1", port: int | None = None,
-               netns: str | None = None) -> Sshd:
-    """Start one sshd (it daemonizes and writes its PidFile); wait until it accepts connections."""
+               netns: str | None = None, extra: tuple[str, ...] = ()) -> Sshd:
+    """Start one sshd (it daemonizes and writes its PidFile); wait until it accepts connections.
+    ``extra``: more sshd_config lines (e.g. a ForceCommand)."""
     d.mkdir(parents=True, exist_ok=True)
     host_key = _keygen(d / "host_ed25519")
     port = port or free_port()
-    cfg = _config(d, address, port, host_key, authorized)
+    cfg = _config(d, address, port, host_key, authorized, extra)
     prefix = ["ip", "netns", "exec", netns] if netns else []
     subprocess.run(prefix + [SSHD, "-f", str(cfg), "-E", str(d / "sshd.log")], check=True)
     server = Sshd(address, port, host_key, d / "sshd.pid", d / "sshd.log", netns)

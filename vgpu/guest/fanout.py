@@ -2,7 +2,8 @@
 
 Per guest (named steps, each failure typed): open a session -> make a private 0700 directory ->
 upload the agent zipapp and the expectation -> run the agent -> parse its one JSON document ->
-remove the directory. A guest that is unreachable, refuses us, hangs or prints garbage becomes
+remove the directory. Over SSH the four middle steps are one command (``run_in_private_dir``); the
+agent and the expectations are read once per run and the same bytes sent to every guest. A guest that is unreachable, refuses us, hangs or prints garbage becomes
 its own ``GuestReport``; the others carry on (bounded ThreadPoolExecutor).
 """
 
@@ -23,7 +24,7 @@ from vgpu.errors import InputError
 from vgpu.guest.agent.result import AgentResult
 from vgpu.guest.report.model import Expectation, GuestReport, Outcome, ValidationReport
 from vgpu.guest.targets import ExpectSpec, Target
-from vgpu.guest.transport import Endpoint, RunResult, Session, Timeouts, TransportFailure
+from vgpu.guest.transport import WORKDIR, Endpoint, RunResult, Session, Timeouts, TransportFailure
 from vgpu.inputs import LIMITS, InputFileError, MiB, parse_json
 
 AGENT_NAME = "vgpu-agent.pyz"
@@ -112,7 +113,7 @@ class _AgentOutputError(Exception):
 
 
 def validate_one(job: Job, transport: Transport, agent: Path, expect_file: Path,
-                 timeouts: Timeouts) -> GuestReport:
+                 timeouts: Timeouts, payloads: dict[Path, bytes] | None = None) -> GuestReport:
     """Validate one guest; never raises for anything the guest does."""
     t0 = time.monotonic()
     report = GuestReport(name=job.name, address=job.address, outcome=Outcome.OK, expectation=job.summary)
@@ -121,7 +122,7 @@ def validate_one(job: Job, transport: Transport, agent: Path, expect_file: Path,
     except TransportFailure as exc:
         return _finish(report, t0, exc.outcome, exc.detail)
     try:
-        report.agent = _run_agent(session, job, agent, expect_file, timeouts)
+        report.agent = _run_agent(session, job, agent, expect_file, timeouts, payloads)
     except TransportFailure as exc:
         _finish(report, t0, exc.outcome, exc.detail)
     except _AgentOutputError as exc:
@@ -136,19 +137,31 @@ def _finish(report: GuestReport, t0: float, outcome: Outcome, detail: str) -> Gu
     return report
 
 
-def _run_agent(session: Session, job: Job, agent: Path, expect_file: Path, timeouts: Timeouts) -> AgentResult:
+def _run_agent(session: Session, job: Job, agent: Path, expect_file: Path, timeouts: Timeouts,
+               payloads: dict[Path, bytes] | None = None) -> AgentResult:
+    staged = getattr(session, "run_in_private_dir", None)
+    if staged is not None:  # one exec carrying the files (SSH): see SshSession.run_in_private_dir
+        def data(path: Path) -> bytes:
+            return payloads[path] if payloads and path in payloads else Path(path).read_bytes()
+
+        files = [(AGENT_NAME, data(agent)), (EXPECT_NAME, data(expect_file))]
+        result = staged(files, _agent_argv(job, WORKDIR), env=job.env, timeout=timeouts.run)
+        return parse_agent_output(result)
     workdir = session.make_private_dir()
     try:
         session.upload(agent, f"{workdir}/{AGENT_NAME}")
         session.upload(expect_file, f"{workdir}/{EXPECT_NAME}")
-        argv = [job.python, f"{workdir}/{AGENT_NAME}", "--expect", f"{workdir}/{EXPECT_NAME}",
-                "--workdir", workdir]
-        if job.skip_workloads:
-            argv.append("--skip-workloads")
-        result = session.run(argv, env=job.env, timeout=timeouts.run)
+        result = session.run(_agent_argv(job, workdir), env=job.env, timeout=timeouts.run)
     finally:
         session.remove_dir(workdir)
     return parse_agent_output(result)
+
+
+def _agent_argv(job: Job, workdir: str) -> list[str]:
+    argv = [job.python, f"{workdir}/{AGENT_NAME}", "--expect", f"{workdir}/{EXPECT_NAME}", "--workdir", workdir]
+    if job.skip_workloads:
+        argv.append("--skip-workloads")
+    return argv
 
 
 def parse_agent_output(result: RunResult) -> AgentResult:
@@ -194,9 +207,12 @@ def run_fanout(jobs: list[Job], transport: Transport, agent: Path, *, concurrenc
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     with tempfile.TemporaryDirectory(prefix="vgpu-expect-") as tmp:
         files = _expect_files(jobs, Path(tmp))
+        # what every guest is sent, read once for the whole run (a fleet shares one agent and a
+        # handful of expectations)
+        payloads = {path: path.read_bytes() for path in {Path(agent), *files}}
         results: dict[int, GuestReport] = {}
         with ThreadPoolExecutor(max_workers=min(concurrency, max(1, len(jobs)))) as pool:
-            futures = {pool.submit(_guarded, job, transport, agent, files[i], timeouts, on_start): i
+            futures = {pool.submit(_guarded, job, transport, agent, files[i], timeouts, on_start, payloads): i
                        for i, job in enumerate(jobs)}
             for fut in as_completed(futures):
                 rep = fut.result()
@@ -208,13 +224,13 @@ def run_fanout(jobs: list[Job], transport: Transport, agent: Path, *, concurrenc
 
 
 def _guarded(job: Job, transport: Transport, agent: Path, expect_file: Path, timeouts: Timeouts,
-             on_start: Callable[[Job], None] | None) -> GuestReport:
+             on_start: Callable[[Job], None] | None, payloads: dict[Path, bytes] | None = None) -> GuestReport:
     """A bug on one guest's path must not take the others down: report it on that guest."""
     if on_start:
         on_start(job)
     t0 = time.monotonic()
     try:
-        return validate_one(job, transport, agent, expect_file, timeouts)
+        return validate_one(job, transport, agent, expect_file, timeouts, payloads)
     except Exception as exc:  # noqa: BLE001 (deliberate: isolate guests from each other)
         rep = GuestReport(name=job.name, address=job.address, outcome=Outcome.AGENT_ERROR,
                           expectation=job.summary)

@@ -1,7 +1,8 @@
 """How the fan-out reaches a guest: a local subprocess (simulated guests) or SSH (paramiko).
 
 Both give a ``Session`` with the same five operations, so the fan-out never knows which one it
-drives. Failures to reach or trust a guest raise ``TransportFailure`` carrying the typed
+drives; an SSH session also does the middle four in one command (``run_in_private_dir``), which the
+fan-out prefers: one session and one login shell per guest instead of SFTP plus two commands. Failures to reach or trust a guest raise ``TransportFailure`` carrying the typed
 ``Outcome``; the fan-out turns it into that guest's result instead of stopping the others.
 
 SSH host keys are checked strictly against known_hosts (paramiko ``RejectPolicy`` semantics):
@@ -12,6 +13,7 @@ loudly; a new key is accepted and recorded only when the caller asked for it
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 import secrets
@@ -140,30 +142,125 @@ class _UnknownHostKey(paramiko.SSHException):
 
 
 class KnownHosts:
-    """One known_hosts file shared by all connections of a run; appends are atomic and serialised."""
+    """One known_hosts file shared by all connections of a run; appends are atomic and serialised.
+
+    The file is read and parsed once per run (not once per connection: paramiko's own
+    ``HostKeys.load`` costs O(lines^2), which at a fleet's size is seconds per connection); each
+    connection is then given only its own host's keys, so paramiko's checks (preferred key type,
+    mismatch, missing key) are exactly those it would make against the whole file. Matching is
+    paramiko's: exact host names and hashed ``|1|salt|hmac`` names, the first key of each type
+    wins, in file order.
+    """
 
     def __init__(self, path: Path, *, accept_new: bool = False):
         self.path = path
         self.accept_new = accept_new
         self._lock = threading.Lock()
         self.added: list[str] = []
+        self.parses = 0  # how many times the file was read and parsed (once per run)
+        self._plain: dict[str, list[tuple[int, paramiko.PKey]]] | None = None
+        self._hashed: list[tuple[int, bytes, bytes, paramiko.PKey]] = []
+        self._lines = 0
+        self._failure: Exception | None = None
+        self._found: dict[str, list[paramiko.PKey]] = {}
 
-    def install(self, client: paramiko.SSHClient) -> None:
+    def install(self, client: paramiko.SSHClient, hostname: str) -> None:
+        """Give ``client`` the known keys of ``hostname`` (as paramiko names it: ``host`` on port 22,
+        else ``[host]:port``, see ``host_key_name``) and the strict policy."""
         with self._lock:
-            if self.path.exists():
-                client.get_host_keys().load(str(self.path))
+            self._parse()
+            keys = self._keys_for(hostname)
+        for key in keys:
+            client.get_host_keys().add(hostname, key.get_name(), key)
         client.set_missing_host_key_policy(_Policy(self))
+
+    def _parse(self) -> None:
+        """Read the file once (under the lock); a line paramiko would refuse fails every connection alike."""
+        if self._failure is not None:
+            raise self._failure
+        if self._plain is not None:
+            return
+        self.parses += 1
+        plain: dict[str, list[tuple[int, paramiko.PKey]]] = {}
+        text = read_text(self.path, "known_hosts") if self.path.exists() else ""
+        try:
+            for lineno, line in enumerate(text.splitlines(), 1):
+                line = line.strip()
+                if not line or line.startswith("#"):
+                    continue
+                try:
+                    entry = paramiko.hostkeys.HostKeyEntry.from_line(line, lineno)
+                except paramiko.SSHException:
+                    continue
+                if entry is None:
+                    continue
+                for name in entry.hostnames:
+                    if name.startswith("|1|"):
+                        salt_mac = _hashed_name(name)
+                        if salt_mac:
+                            self._hashed.append((lineno, *salt_mac, entry.key))
+                    else:
+                        plain.setdefault(name, []).append((lineno, entry.key))
+        except Exception as exc:  # noqa: BLE001 (paramiko's InvalidHostKey: refuse every guest, as before)
+            self._failure = exc
+            raise
+        self._plain, self._lines = plain, len(text.splitlines())
+
+    def _keys_for(self, hostname: str) -> list[paramiko.PKey]:
+        """The first key of each type recorded for ``hostname``, in file order (memoised)."""
+        found = self._found.get(hostname)
+        if found is None:
+            matches = list((self._plain or {}).get(hostname, []))
+            name = hostname.encode()
+            matches += [(i, k) for i, salt, mac, k in self._hashed
+                        if hmac.compare_digest(hmac.digest(salt, name, "sha1"), mac)]
+            found, seen = [], set()
+            for _, key in sorted(matches, key=lambda m: m[0]):
+                if key.get_name() not in seen:
+                    seen.add(key.get_name())
+                    found.append(key)
+            self._found[hostname] = found
+        return found
 
     def record(self, hostname: str, key: paramiko.PKey) -> None:
         """Append ``hostname key`` to the file: write a temp copy, fsync, os.replace (0600)."""
         line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
         with self._lock:
+            known = self._keys_for(hostname) if self._plain is not None else []
+            same = [k for k in known if k.get_name() == key.get_name()]
+            if same and same[0] == key:
+                return  # another connection to the same host recorded it a moment ago
+            if same:
+                raise paramiko.BadHostKeyException(hostname, key, same[0])
             old = read_text(self.path, "known_hosts") if self.path.exists() else ""
             if old and not old.endswith("\n"):
                 old += "\n"
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             atomic_write(self.path, old + line, 0o600)
             self.added.append(hostname)
+            if self._plain is not None:
+                self._lines += 1
+                self._plain.setdefault(hostname, []).append((self._lines, key))
+                self._found.pop(hostname, None)
+
+
+def _hashed_name(name: str) -> tuple[bytes, bytes] | None:
+    """(salt, mac) of an OpenSSH hashed host name ``|1|base64(salt)|base64(hmac-sha1)``."""
+    import base64
+    import binascii
+
+    parts = name.split("|")
+    if len(parts) != 4:
+        return None
+    try:
+        return base64.b64decode(parts[2]), base64.b64decode(parts[3])
+    except (binascii.Error, ValueError):
+        return None
+
+
+def host_key_name(endpoint: "Endpoint") -> str:
+    """The name paramiko looks a server's key up by: ``host`` on port 22, else ``[host]:port``."""
+    return endpoint.host if endpoint.port == 22 else f"[{endpoint.host}]:{endpoint.port}"
 
 
 class _Policy(paramiko.MissingHostKeyPolicy):
@@ -190,7 +287,7 @@ class SshTransport:
 
     def open(self, endpoint: Endpoint, timeouts: Timeouts) -> "SshSession":
         client = paramiko.SSHClient()
-        self.known_hosts.install(client)
+        self.known_hosts.install(client, host_key_name(endpoint))
         user = endpoint.user or self.default_user or _local_user()
         where = f"{user}@{endpoint.address}"
         sock = _connect_socket(endpoint, timeouts.connect)
@@ -310,6 +407,51 @@ class SshSession:
                                    f"{self._where}: agent did not finish within {timeout:g} s")
         return result
 
+    def run_in_private_dir(self, files: list[tuple[str, bytes]], argv: list[str], *, env: dict[str, str],
+                           timeout: float) -> RunResult:
+        """Make a private directory, upload ``files`` into it, run ``argv`` there and remove it: one exec.
+
+        The same steps as make_private_dir, upload, run and remove_dir, in one SSH channel instead of
+        an SFTP session and two commands: the guest's login shell starts once per guest (a fleet's
+        cost is mostly round trips and shell start-ups). The files travel on the command's stdin,
+        their sizes given as arguments and checked on arrival; the directory is
+        ``/tmp/vgpu-agent-<16 hex>``, created 0700 (mkdir fails if the name exists), its files
+        0600 (umask 077), and removed when the command ends, whatever it did. ``WORKDIR`` at the start
+        of an argument of ``argv`` stands for the directory. Everything variable is an argument of a
+        fixed POSIX sh script (shlex.join), never part of its text.
+        """
+        path = f"/tmp/vgpu-agent-{secrets.token_hex(8)}"
+        words = ["timeout", "-k", "5", f"{timeout:g}"]
+        if env:
+            words += ["env", *(f"{k}={v}" for k, v in sorted(env.items()))]
+        sizes = []
+        for name, data in files:
+            sizes += [name, str(len(data))]
+        command = shlex.join(["sh", "-c", _STAGE_SCRIPT, "vgpu-stage", path, str(len(files)), *sizes,
+                              *words, *argv])
+        chan = self._guard(lambda: self._client.get_transport().open_session(timeout=self._timeouts.connect))
+        self._guard(lambda: chan.exec_command(command))
+        try:
+            chan.settimeout(self._timeouts.connect + self._timeouts.auth)
+            for _, data in files:
+                chan.sendall(data)
+            chan.shutdown_write()
+            chan.settimeout(None)
+        except (socket.timeout, TimeoutError) as exc:
+            chan.close()
+            raise TransportFailure(Outcome.TIMEOUT, f"{self._where}: the guest stopped taking the upload") from exc
+        except (paramiko.SSHException, OSError, EOFError):
+            pass  # the command ended early (it says why on stderr, read below)
+        result = _collect(chan, timeout + 2.0, self._where)
+        if result.returncode in (124, 137):  # coreutils timeout: TERM sent (124), or KILL after -k (137)
+            raise TransportFailure(Outcome.TIMEOUT,
+                                   f"{self._where}: agent did not finish within {timeout:g} s")
+        if result.returncode == STAGE_FAILED and b"vgpu-stage: " in result.stderr:
+            why = result.stderr.decode("utf-8", errors="replace").rpartition("vgpu-stage: ")[2].strip()
+            raise TransportFailure(Outcome.AGENT_ERROR,
+                                   f"{self._where}: could not stage the agent: {why.splitlines()[0][:300]}")
+        return result
+
     def remove_dir(self, path: str) -> None:
         try:
             chan = self._client.get_transport().open_session(timeout=self._timeouts.connect)
@@ -331,6 +473,36 @@ class SshSession:
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise TransportFailure(Outcome.AGENT_ERROR,
                                    f"{self._where}: {type(exc).__name__}: {exc}") from exc
+
+
+# Exit status of _STAGE_SCRIPT when the directory or an upload failed (stderr says which).
+STAGE_FAILED = 97
+WORKDIR = "@VGPU_WORKDIR@"
+# $1 directory, $2 number of files, then NAME SIZE per file (their bytes follow on stdin in that order),
+# then the command; WORKDIR at the start of one of its arguments becomes the directory.
+_STAGE_SCRIPT = r"""
+d=$1 n=$2; shift 2
+fail() { echo "vgpu-stage: $*" >&2; exit 97; }
+umask 077
+mkdir -m 700 -- "$d" || fail "cannot create $d"
+trap 'rm -rf -- "$d"' EXIT
+trap 'exit 143' HUP INT TERM
+while [ "$n" -gt 0 ]; do
+  head -c "$2" > "$d/$1" || fail "cannot write $d/$1"
+  [ "$(wc -c < "$d/$1")" -eq "$2" ] || fail "the upload of $1 was cut short"
+  n=$((n - 1)); shift 2
+done
+for a do
+  shift
+  case $a in @VGPU_WORKDIR@*) a=$d${a#@VGPU_WORKDIR@} ;; esac
+  set -- "$@" "$a"
+done
+"$@" < /dev/null
+rc=$?
+rm -rf -- "$d"
+trap - EXIT
+exit $rc
+"""
 
 
 def _collect(chan: paramiko.Channel, timeout: float, where: str) -> RunResult:

@@ -24,7 +24,7 @@ def write_all(report: ValidationReport, out_dir: Path) -> dict[str, Path]:
     from vgpu.guest.report import html, json, junit
 
     paths = {"json": out_dir / JSON_NAME, "junit": out_dir / JUNIT_NAME, "html": out_dir / HTML_NAME}
-    write_files(out_dir, {paths["json"]: json.render(report), paths["junit"]: junit.render(report),
+    write_files(out_dir, {paths["json"]: json.stream(report), paths["junit"]: junit.render(report),
                           paths["html"]: html.render(report)})
     return paths
 
