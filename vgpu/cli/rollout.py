@@ -201,8 +201,9 @@ def _show_plan(prep, as_json: bool) -> None:
     from vgpu.cli.render import add_row, console, safe, table
 
     out = console()
-    rows = table(f"roll-out of {spec.profile}: {len(plan.hosts)} hosts in {len(plan.waves)} waves "
-                 f"(at most {plan.max_unavailable} unavailable)", ("wave", "hosts", "guests"))
+    out.print(f"roll-out of {safe(spec.profile)}: {len(plan.hosts)} hosts in {len(plan.waves)} waves, at most "
+              f"{plan.max_unavailable} unavailable at once", highlight=False)
+    rows = table("waves", ("wave", "hosts", "guests"))
     for w in plan.waves:
         add_row(rows, "canary" if w.canary else f"wave {w.index}", ", ".join(w.hosts),
                 ", ".join(g for h in w.hosts for g in plan.guests.get(h, [])) or "-")
