@@ -106,3 +106,40 @@ def _epoch(iso: str) -> float:
 def render(reg) -> bytes:
     from prometheus_client import generate_latest
     return generate_latest(reg)
+
+
+ROLLOUT_HOST_STATES = ("not_started", "in_progress", "done", "failed")
+ROLLOUT_STATES = ("running", "stopped", "interrupted", "done")
+
+
+def rollout_registry(state, *, running: bool) -> object:
+    """A roll-out's progress (vgpu rollout; docs/rollout.md): per host its state and wave, per wave its state,
+    the counts, whether a run holds it now, and when its record last changed. ``state``: a Rollout."""
+    from prometheus_client import CollectorRegistry, Gauge
+
+    reg = CollectorRegistry()
+    info = Gauge("vgpu_rollout_info", "The roll-out (always 1); state: running, stopped, interrupted or done",
+                 ["profile", "state"], registry=reg)
+    active = Gauge("vgpu_rollout_running", "1 while a vgpu rollout run or resume holds the roll-out", registry=reg)
+    hosts = Gauge("vgpu_rollout_hosts", "Hosts of the roll-out in each state", ["state"], registry=reg)
+    host = Gauge("vgpu_rollout_host_state", "1 for the host's state (one series per host and state)",
+                 ["host", "wave", "state"], registry=reg)
+    attempts = Gauge("vgpu_rollout_host_attempts", "Times the roll-out ran the host's wave for it", ["host"],
+                     registry=reg)
+    wave = Gauge("vgpu_rollout_wave_state", "1 for the wave's state (pending, running, passed, failed)",
+                 ["wave", "canary", "state"], registry=reg)
+    updated = Gauge("vgpu_rollout_updated_timestamp_seconds", "When the roll-out's record last changed", registry=reg)
+    info.labels(state.spec.profile, state.state).set(1)
+    active.set(1 if running else 0)
+    counts = state.counts()
+    for s in ROLLOUT_HOST_STATES:
+        hosts.labels(s).set(counts.get(s, 0))
+    for name, rec in state.hosts.items():
+        for s in ROLLOUT_HOST_STATES:
+            host.labels(name, str(rec.wave), s).set(1 if rec.state == s else 0)
+        attempts.labels(name).set(rec.attempts)
+    for w in state.waves:
+        for s in ("pending", "running", "passed", "failed"):
+            wave.labels(str(w.index), "true" if w.canary else "false", s).set(1 if w.state == s else 0)
+    updated.set(_epoch(state.updated))
+    return reg

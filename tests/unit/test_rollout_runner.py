@@ -236,3 +236,26 @@ def test_the_state_validates_against_the_committed_schema_which_matches_the_mode
     doc = json.loads(store.file.read_text())
     jsonschema.validate(doc, json.loads(committed))
     assert doc["hosts"]["kvm-3"]["state"] == "failed"
+
+
+def test_rollout_metrics_parse_with_prometheus_clients_own_parser(make):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from vgpu.metrics import render, rollout_registry
+
+    store, rollout = make()
+    fleet = Fleet()
+    fleet.failing = {"vm-3"}
+    Runner(store, rollout, fleet).run()
+    text = render(rollout_registry(store.load(), running=False)).decode()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}
+    assert samples[("vgpu_rollout_info", (("profile", "mi300x-1vf"), ("state", "stopped")))] == 1
+    assert samples[("vgpu_rollout_hosts", (("state", "done"),))] == 2
+    assert samples[("vgpu_rollout_hosts", (("state", "failed"),))] == 1
+    assert samples[("vgpu_rollout_host_state", (("host", "kvm-3"), ("state", "failed"), ("wave", "2")))] == 1
+    assert samples[("vgpu_rollout_host_state", (("host", "kvm-3"), ("state", "done"), ("wave", "2")))] == 0
+    assert samples[("vgpu_rollout_wave_state", (("canary", "true"), ("state", "passed"), ("wave", "1")))] == 1
+    assert samples[("vgpu_rollout_wave_state", (("canary", "false"), ("state", "pending"), ("wave", "3")))] == 1
+    assert samples[("vgpu_rollout_running", ())] == 0
+    assert samples[("vgpu_rollout_updated_timestamp_seconds", ())] > 1.7e9

@@ -112,16 +112,29 @@ def resume(state_dir, skip_failed, as_json) -> int:
 @rollout.command("status")
 @click.option("--state-dir", required=True, type=click.Path(path_type=Path), help=STATE_DIR_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON (schema vgpu.rollout/v1).")
-def status(state_dir, as_json) -> int:
+@click.option("--textfile", metavar="FILE|-", default=None,
+              help="Write the roll-out's progress as Prometheus metrics instead (node_exporter's textfile "
+                   "collector, a *.prom file; - for standard output; docs/metrics.md).")
+def status(state_dir, as_json, textfile) -> int:
     """The roll-out's waves and each host's state. Exit 0 when done, 1 when stopped or a host failed, 3 while
     it is still running or was interrupted."""
     from vgpu.executor import lock_holder
     from vgpu.rollout.state import StateDir
 
+    target = None
+    if textfile is not None:
+        from vgpu.inputs import output_target
+        target = output_target(textfile, "metrics output")  # checked before anything is read
     store = StateDir(state_dir)
     state = store.load()
     holder = lock_holder(store.path)
-    _finish(state, as_json, running=holder)
+    if textfile is not None:
+        from vgpu.cli.output import write_output
+        from vgpu.metrics import render, rollout_registry
+        write_output(target, render(rollout_registry(state, running=holder is not None)), "metrics output",
+                     mode=0o644)
+    else:
+        _finish(state, as_json, running=holder)
     if state.state == "done":
         return ExitCode.FAILURE if any(h.state == "failed" for h in state.hosts.values()) else ExitCode.OK
     return ExitCode.FAILURE if state.state == "stopped" else ExitCode.CHANGES_PENDING
