@@ -181,33 +181,71 @@ def render_junit(comp: Comparison) -> bytes:
     return ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n"
 
 
+BARS_LIMIT = 50  # paired guests up to which each check also gets a bar per guest, named
+VALUES_PAGE = 200  # rows per page of the table of every value
+_VERDICT_ORDER = {"regressed": 0, "gone": 1, "new": 2, "changed": 3, "improved": 4, "same": 5}
+
+
+def lower_is_better(d: Delta) -> bool:
+    return (d.unit or "") in LOWER_IS_BETTER_UNITS
+
+
 def render_html(comp: Comparison) -> bytes:
-    """Per guest and measurement the relative change as a bar (inline SVG, no scripts, no network)."""
+    """The roll-up first (per check the change of every paired guest on one chart, the regression threshold as a
+    line, the most regressed named: rollup.py), then per check a bar per guest (up to BARS_LIMIT paired guests),
+    then every value, regressions first, in pages (inline SVG and CSS, no scripts, no network)."""
     import html as h
+
+    from vgpu.guest.report import rollup
     e = h.escape
-    rows, charts = [], []
-    for d in comp.deltas:
+    guests = sorted({d.guest for d in comp.deltas})
+    ids = {g: f"g{i}" for i, g in enumerate(guests)}  # inert ids: a guest's name never becomes one
+    ordered = sorted(comp.deltas, key=lambda d: (_VERDICT_ORDER.get(d.verdict, 3), d.guest, d.check, d.what))
+    rows, first = [], set()
+    for d in ordered:
         rel = "" if d.relative is None else f"{d.relative:+.1f}%"
-        rows.append(f'<tr class="{e(d.verdict)}"><td>{e(d.guest)}</td><td>{e(d.check)}</td><td>{e(d.what)}</td>'
+        anchor = ""
+        if d.guest not in first and d.verdict == "regressed":
+            first.add(d.guest)
+            anchor = f' id="{ids[d.guest]}"'
+        rows.append(f'<tr{anchor} class="{e(d.verdict)}"><td>{e(d.guest)}</td><td>{e(d.check)}</td><td>{e(d.what)}</td>'
                     f"<td>{e(str(d.baseline))}</td><td>{e(str(d.current))}</td><td>{e(d.unit or '')}</td>"
                     f"<td>{e(rel)}</td><td>{e(d.verdict)}</td></tr>")
     measured = [d for d in comp.deltas if d.what == "measured" and d.relative is not None]
-    for check in sorted({d.check for d in measured}):
-        ds = [d for d in measured if d.check == check]
-        charts.append(_bars(check, ds))
+    order = [c for c, _ in rollup.METRICS] + ["fp8.torch"]
+    summary = rollup.comparison_rollup(measured, lower_is_better=lower_is_better,
+                                       anchors={g: ids[g] for g in first}, order=order)
+    charts = []
+    if len(guests) <= BARS_LIMIT:
+        for check in sorted({d.check for d in measured}):
+            charts.append(_bars(check, [d for d in measured if d.check == check]))
+    elif measured:
+        charts.append(f"<p>{len(guests)} paired guests: the charts above show each of them; bars per guest are "
+                      f"drawn up to {BARS_LIMIT}.</p>")
     unpaired = "".join(f"<li>only in the baseline: {e(g)}</li>" for g in comp.only_baseline) + \
         "".join(f"<li>only in the current report: {e(g)}</li>" for g in comp.only_current)
+    header = ("<tr><th>guest</th><th>check</th><th>what</th><th>baseline</th><th>current</th><th>unit</th>"
+              "<th>change</th><th>verdict</th></tr>")
+
+    def title(start: int, end: int) -> str:
+        verdicts = [d.verdict for d in ordered[start:end]]
+        counts = ", ".join(f"{verdicts.count(v)} {v}" for v in _VERDICT_ORDER if v in verdicts)
+        return f"values {start + 1}-{end} of {len(ordered)}: {counts}"
+
+    table = rollup.paged_table(header, rows, page_size=VALUES_PAGE, what="values", title=title)
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>vgpu comparison</title><style>
 body{{font:14px/1.45 system-ui,sans-serif;margin:2em;max-width:1200px;color:#1f2328}}
 table{{border-collapse:collapse;width:100%}}th,td{{border-bottom:1px solid #d0d7de;padding:.3em .5em;text-align:left}}
 th{{background:#f6f8fa}}.regressed td{{background:#ffebe9}}.improved td{{background:#dafbe1}}
-</style></head><body><h1>Before / after</h1>
+.pass{{color:#1a7f37}}.fail,.regressed{{color:#cf222e}}.error{{color:#9a6700}}
+details{{border:1px solid #d0d7de;border-radius:6px;padding:.4em .8em;margin:.6em 0}}summary{{cursor:pointer}}
+{rollup.CSS}</style></head><body><h1>Before / after</h1>
 <p>baseline: {e(comp.baseline)}<br>current: {e(comp.current)}</p>
 <p><b>{len(comp.regressions)}</b> regression(s), {sum(d.verdict == 'improved' for d in comp.deltas)} improvement(s),
-{len({d.guest for d in comp.deltas})} guest(s) paired.</p><ul>{unpaired}</ul>
+{len(guests)} guest(s) paired.</p><ul>{unpaired}</ul>
+{summary}
 {''.join(charts)}
-<h2>Every value</h2><table><tr><th>guest</th><th>check</th><th>what</th><th>baseline</th><th>current</th>
-<th>unit</th><th>change</th><th>verdict</th></tr>{''.join(rows)}</table></body></html>
+<h2>Every value</h2>{table}</body></html>
 """
     return page.encode()
 

@@ -1,8 +1,13 @@
 """The HTML report: one self-contained page (inline CSS and SVG, no scripts, no external assets).
 
-Summary cards, a table of guests, and per guest its checks plus a bar chart of each numeric
-measurement against its threshold. Every value from a guest goes through ``html.escape``:
-a guest decides what its tools print, so their text is untrusted.
+What a person wants first comes first: summary cards, then the fleet roll-up (rollup.py: per model/partition the
+distribution of FP8 TFLOPS and HBM bandwidth across guests against the threshold, the slowest guests named), then
+the guests table, worst first (not validated, failed, passed), cut into pages of PAGE_SIZE rows (the first open,
+the rest collapsed <details>), then per guest its checks with a bar chart of each numeric measurement against its
+threshold: every guest in a report of up to DETAIL_LIMIT guests, beyond that the guests that did not pass (the
+JSON report holds every check of every guest). So a report of 1,000 guests stays a page a browser opens at once
+(about 1 MB, docs/validate.md). Every value from a guest goes through ``html.escape``: a guest decides what its
+tools print, so their text is untrusted.
 """
 
 from __future__ import annotations
@@ -12,8 +17,12 @@ import math
 from typing import Any
 
 from vgpu.guest.agent.result import STATUSES, CheckResult
+from vgpu.guest.report import rollup
 from vgpu.guest.report.model import GuestReport, ValidationReport
 
+PAGE_SIZE = 100  # rows per page of the guests table
+DETAIL_LIMIT = 50  # above this many guests, only those that did not pass get a check-by-check section
+_SEVERITY = {"error": 0, "fail": 1, "pass": 2}
 _COLORS = {"pass": "#1a7f37", "fail": "#cf222e", "error": "#9a6700", "skip": "#6e7781"}
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:2em;color:#1f2328;max-width:1200px}
@@ -24,12 +33,13 @@ h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em}
 table{border-collapse:collapse;width:100%;margin:.6em 0}
 th,td{border-bottom:1px solid #d0d7de;padding:.3em .5em;text-align:left;vertical-align:top}
 th{background:#f6f8fa}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
 .pass{color:#1a7f37}.fail{color:#cf222e}.error{color:#9a6700}.skip{color:#6e7781}
 .badge{font-weight:600;text-transform:uppercase;font-size:.85em}
 details{border:1px solid #d0d7de;border-radius:6px;padding:.4em .8em;margin:.6em 0}
 summary{cursor:pointer}
 .detail{white-space:pre-wrap;font-family:ui-monospace,monospace;font-size:.9em}
-"""
+""" + rollup.CSS
 
 
 def _e(value: Any) -> str:
@@ -38,6 +48,13 @@ def _e(value: Any) -> str:
 
 def render(report: ValidationReport) -> bytes:
     s = report.summary()
+    guests = report.guests
+    ids = _ids(guests)
+    order = sorted(range(len(guests)), key=lambda i: (_SEVERITY.get(guests[i].verdict, 0), i))
+    if len(guests) <= DETAIL_LIMIT:
+        detailed = order
+    else:
+        detailed = [i for i in order if guests[i].verdict != "pass"][:DETAIL_LIMIT]
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
@@ -45,9 +62,17 @@ def render(report: ValidationReport) -> bytes:
         "<h1>vgpu validation report</h1>",
         f"<p>Generated {_e(report.generated)} by vgpu {_e(report.vgpu_version)}; exit code "
         f"{_e(s['exit_code'])}.</p>",
-        _cards(s), _guest_table(report.guests),
+        _cards(s), rollup.validation_rollup(guests, [f"row-{x}" for x in ids]),
+        _guest_table(guests, order, ids, set(detailed)),
     ]
-    parts += [_guest_section(g) for g in report.guests]
+    if len(detailed) < len(guests):
+        failing = sum(g.verdict != "pass" for g in guests)
+        which = (f"the first {len(detailed)} of the {failing} guests that did not pass" if failing > len(detailed)
+                 else f"the {len(detailed)} guests that did not pass")
+        parts.append(f'<h2>Checks</h2><p class="omitted">Check by check: {which}. The other '
+                     f"{len(guests) - len(detailed)} are in the table and charts above, and every check of every "
+                     "guest is in validation-report.json.</p>")
+    parts += [_guest_section(guests[i], f"guest-{ids[i]}") for i in detailed]
     parts.append("</body></html>\n")
     return "\n".join(parts).encode("utf-8")
 
@@ -60,28 +85,56 @@ def _cards(s: dict) -> str:
     return f'<div class="cards">{cards}</div>'
 
 
-def _guest_table(guests: list[GuestReport]) -> str:
-    rows = ["<h2>Guests</h2><table><tr><th>guest</th><th>address</th><th>verdict</th><th>outcome</th>"
-            "<th>model / partition</th><th>checks (pass/fail/skip/error)</th><th>seconds</th>"
-            "<th>detail</th></tr>"]
-    for g in guests:
+def _ids(guests: list[GuestReport]) -> list[str]:
+    """A unique, inert id per guest (letters, digits, - and _ of its name, then a number if taken)."""
+    seen: set[str] = set()
+    out = []
+    for i, g in enumerate(guests):
+        base = "".join(ch if ch.isascii() and (ch.isalnum() or ch in "-_") else "_" for ch in g.name[:60]) or "_"
+        ident = base if base not in seen else f"{base}-{i + 1}"
+        seen.add(ident)
+        out.append(ident)
+    return out
+
+
+def _metric(g: GuestReport, check: str) -> tuple[str, str]:
+    """The cell of a charted measurement: its value and its status class ("" when not measured)."""
+    for c in g.checks:
+        if c.name == check:
+            v = rollup.number(c.measured)
+            return (f"{v:.4g}" if v is not None else ""), c.status
+    return "", ""
+
+
+def _guest_table(guests: list[GuestReport], order: list[int], ids: list[str], detailed: set[int]) -> str:
+    heads = "".join(f"<th>{h}</th>" for h in ("guest", "address", "verdict", "outcome", "model / partition"))
+    heads += "".join(f"<th>{_e(label)}</th>" for label in ("FP8 TFLOPS", "HBM GB/s"))
+    header = f"<tr>{heads}<th>checks (pass/fail/skip/error)</th><th>seconds</th><th>detail</th></tr>"
+    rows = []
+    for i in order:
+        g = guests[i]
         counts = "/".join(str(sum(c.status == st for c in g.checks)) for st in STATUSES)
         exp = g.expectation
         part = " ".join(x for x in (exp.model, exp.compute, exp.memory) if x) or "-"
-        rows.append(f'<tr><td><a href="#{_anchor(g)}">{_e(g.name)}</a></td><td>{_e(g.address)}</td>'
+        name = f'<a href="#guest-{ids[i]}">{_e(g.name)}</a>' if i in detailed else _e(g.name)
+        cells = "".join(f'<td class="num {_e(st)}">{_e(v)}</td>'
+                        for v, st in (_metric(g, "fp8.hipblaslt"), _metric(g, "hip.bandwidth")))
+        rows.append(f'<tr id="row-{ids[i]}"><td>{name}</td><td>{_e(g.address)}</td>'
                     f'<td class="badge {_e(g.verdict)}">{_e(g.verdict)}</td><td>{_e(g.outcome.value)}</td>'
-                    f"<td>{_e(part)}</td><td>{counts}</td><td>{g.seconds:.1f}</td>"
+                    f"<td>{_e(part)}</td>{cells}<td>{counts}</td><td>{g.seconds:.1f}</td>"
                     f'<td class="detail">{_e(g.detail)}</td></tr>')
-    rows.append("</table>")
-    return "".join(rows)
+
+    def title(start: int, end: int) -> str:
+        verdicts = [guests[i].verdict for i in order[start:end]]
+        counts = ", ".join(f"{verdicts.count(v)} {w}" for v, w in
+                           (("error", "not validated"), ("fail", "failed"), ("pass", "passed")) if v in verdicts)
+        return f"guests {start + 1}-{end} of {len(order)}: {counts}"
+
+    return "<h2>Guests</h2>" + rollup.paged_table(header, rows, page_size=PAGE_SIZE, what="guests", title=title)
 
 
-def _anchor(g: GuestReport) -> str:
-    return "guest-" + "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in g.name)
-
-
-def _guest_section(g: GuestReport) -> str:
-    head = (f'<details id="{_anchor(g)}" {"open" if g.verdict != "pass" else ""}><summary>'
+def _guest_section(g: GuestReport, ident: str) -> str:
+    head = (f'<details id="{ident}" {"open" if g.verdict != "pass" else ""}><summary>'
             f'<b>{_e(g.name)}</b> <span class="badge {_e(g.verdict)}">{_e(g.verdict)}</span> '
             f"{_e(g.address)}</summary>")
     if g.agent is None:
