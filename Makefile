@@ -17,11 +17,12 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 TIER_TMP = $(if $(TIER_BASE),--basetemp=$(TIER_BASE)/$@)
 
 # What the tool itself needs (libvirt-python builds against libvirt-dev).
-APT_RUNTIME := python3-venv python3-dev gcc pkg-config libvirt-dev
+APT_RUNTIME := python3-venv python3-dev gcc pkg-config libvirt-dev openssh-server openssh-client
 # What the tests need on top: real libudev under umockdev, libvirt's schemas and daemon, a
-# real sshd, network namespaces, clang-22 for the HIP device-code tier.
+# real sshd, network namespaces, clang-22 for the HIP device-code tier, Chromium for the HTML reports in a real
+# headless browser (tests/e2e/test_report_browser.py).
 APT_TEST := umockdev libxml2-utils libvirt-clients openssh-server openssh-client iproute2 \
-            clang-22 lld-22 llvm-22
+            clang-22 lld-22 llvm-22 chromium
 UMOCKDEV_PRELOAD := libumockdev-preload.so.0
 # Tier 4: a QEMU TCG guest with a real kernel (emulated SR-IOV NVMe + Intel IOMMU) and a Debian
 # root that debootstrap builds once into /var/cache/vgpu-realkernel (the guest's own packages,
@@ -62,9 +63,10 @@ test-lane-hosts:
 test-esxi: deps-esxi
 	$(PYTEST) -q -n $(JOBS) tests/esxi
 
-# End to end on simulated hosts: the real CLI and services, crashes, faults, races.
+# End to end on simulated hosts: the real CLI and services, crashes, faults, races; the HTML reports in headless
+# Chromium (VGPU_REQUIRE_BROWSER=1: a missing chromium fails instead of skipping).
 test-e2e:
-	$(PYTEST) -q -n $(JOBS) tests/e2e
+	VGPU_REQUIRE_BROWSER=1 $(PYTEST) -q -n $(JOBS) tests/e2e
 
 test-unit:
 	$(PYTEST) -q tests/unit

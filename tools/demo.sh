@@ -3,6 +3,7 @@
 # discover -> readiness -> define 2 VMs -> plan -> provision mi300x-4vf (VFs attached to the VMs) -> status
 # -> plan again (in sync)
 # -> the refusal on standard firmware (TotalVFs=1) -> validate simulated guests -> reports
+# -> a fleet roll-out over 3 simulated hosts: canary, waves gated on their guests, a wave that fails, resume
 # -> the same commands on a simulated ESXi 8 host (the vSphere API): discover, plan, provision, status, release.
 set -euo pipefail
 venv=${1:-.venv}
@@ -63,6 +64,36 @@ step "Validate simulated guests (driver, ROCm 7.0, partition, HIP, FP8) and writ
      vgpu validate --simulate --report-dir "$reports"
 set +e; "$vgpu" validate --simulate --report-dir "$reports"; rc=$?; set -e
 [ "$rc" -le 1 ] || { echo "demo: validate exited $rc" >&2; exit 1; }
+
+# --- a fleet roll-out: canary, then waves, each gated on validating its guests against a baseline -------------
+fleet_dir="$demo_dir/fleet"
+step "A simulated fleet: 3 KVM hosts (8 x MI300X each), one guest each behind a real sshd (strict host keys)" \
+     vgpu sim fleet create --dir "$fleet_dir" --hosts 3
+"$vgpu" sim fleet create --dir "$fleet_dir" --hosts 3
+trap '"$vgpu" sim fleet stop --dir "$fleet_dir" >/dev/null 2>&1 || true' EXIT
+inv="$fleet_dir/inventory.yml"
+
+step "The baseline: validate the guests before the change (in a real migration: on ROCm 6.4)" \
+     vgpu validate --inventory "$inv" --limit gpu_guests --profile mi300x-1vf --report-dir "$fleet_dir/baseline"
+expect 0 "$vgpu" validate --inventory "$inv" --limit gpu_guests --known-hosts "$fleet_dir/known_hosts" \
+  --profile mi300x-1vf --report-dir "$fleet_dir/baseline" --quiet
+
+rollout=(-i "$inv" --profile mi300x-1vf --state-dir "$fleet_dir/rollout" --serial 1 --max-unavailable 1
+         --baseline "$fleet_dir/baseline")
+step "The roll-out's plan: the canary, then waves of one host; nothing is changed (--dry-run)" \
+     vgpu rollout run -i "$inv" --profile mi300x-1vf ... --dry-run
+expect 0 "$vgpu" rollout run "${rollout[@]}" --dry-run
+
+step "Make wave 3's guest slow (FP8 and HBM far below the baseline), then roll out: it stops at wave 3 (exit 1)" \
+     vgpu rollout run -i "$inv" --profile mi300x-1vf --state-dir ... --baseline ...
+"$vgpu" sim fleet guest --dir "$fleet_dir" vm-3 slow
+expect 1 "$vgpu" rollout run "${rollout[@]}"
+
+step "Fix the guest and resume: wave 3 runs again and the roll-out is done" \
+     vgpu rollout resume --state-dir "$fleet_dir/rollout"
+"$vgpu" sim fleet guest --dir "$fleet_dir" vm-3 healthy
+expect 0 "$vgpu" rollout resume --state-dir "$fleet_dir/rollout"
+"$vgpu" sim fleet stop --dir "$fleet_dir" >/dev/null
 
 # --- the same commands on a VMware ESXi 8 host, through the vSphere API -------------------------------------
 esxi_dir="$demo_dir/esxi"

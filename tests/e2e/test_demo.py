@@ -18,13 +18,19 @@ def test_demo_script_runs_the_whole_flow(tmp_path):
     env = dict(os.environ, VGPU_DEMO_DIR=str(tmp_path / "demo"), VGPU_DEMO_REPORTS=str(tmp_path / "reports"),
                NO_COLOR="1", COLUMNS="200")
     proc = subprocess.run(["tools/demo.sh", str(venv)], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "step 4 disrupts (host-wide" in out  # the plan before provisioning says what the reload takes
     assert "done attach 0000:05:02.1 to VM gpu-vm-01" in out  # the VMs the demo defined get their VFs
     assert "in sync: simulated 8xmi300x already matches profile mi300x-4vf" in out
     assert "4 VFs exceed this PF's TotalVFs of 1" in out  # the refusal on standard firmware
+    # the roll-out: the canary and wave 2 pass, wave 3's slow guest stops it, resume finishes it
+    assert "wave 3 failed" in out and "roll-out stopped: 2 done, 1 failed - wave 3 failed" in out
+    assert "roll-out done: 3 done" in out
+    state = json.loads((tmp_path / "demo" / "fleet" / "rollout" / "state.json").read_text())
+    assert state["state"] == "done" and [w["runs"] for w in state["waves"]] == [1, 1, 2]
+    assert not (tmp_path / "demo" / "fleet" / "ssh" / "sshd.pid").exists()  # the fleet's sshd was stopped
     # the ESXi part: the same commands through the vSphere API against the simulated ESXi 8 host
     assert "done attach 0000:26:00.0 to VM gpu-vm-01 (DirectPath I/O" in out
     assert "in sync: ESXi esxi-sim-01 already matches profile mi300x-esxi-passthrough" in out

@@ -111,7 +111,7 @@ def test_a_host_that_cannot_be_provisioned_stops_the_rollout_and_its_guests_are_
     assert states(store) == {"kvm-1": "done", "kvm-2": "done", "kvm-3": "failed", "kvm-4": "not_started",
                              "kvm-5": "not_started"}
     assert saved.hosts["kvm-3"].reason.endswith("held by VM db-7") and saved.hosts["kvm-3"].phase == "provision"
-    assert "kvm-3: provision: failed" in saved.waves[1].reason
+    assert saved.waves[1].reason == "1 of 2 host(s) failed: kvm-3"
 
 
 def test_resume_runs_the_stopped_waves_unfinished_hosts_again_then_the_rest(make):

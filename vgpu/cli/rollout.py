@@ -170,12 +170,13 @@ def _finish(state, as_json: bool, running: str | None = None) -> None:
     verdicts = {"done": "[green]done[/]", "stopped": "[bold red]stopped[/]", "interrupted": "[yellow]interrupted[/]",
                 "running": "[yellow]running[/]"}
     out.print(f"roll-out {verdicts[state.state]}: {line}" + (f" - {safe(state.reason)}" if state.reason else ""))
+    where = Path(click.get_current_context().params.get("state_dir") or ".")  # not recorded: the directory can move
+    for wave in state.waves:
+        if wave.state == "failed":
+            for name, rel in wave.reports.items():
+                out.print(f"{wave.label} {name}: {safe(str(where / rel))}", highlight=False)
     if state.state in ("stopped", "interrupted"):
-        out.print(f"resume: vgpu rollout resume --state-dir {safe(str(state_dir_of(state)))}")
-
-
-def state_dir_of(state) -> str:  # the directory is not recorded in the file (it can move): ask the caller's
-    return click.get_current_context().params.get("state_dir") or "DIR"
+        out.print(f"resume: vgpu rollout resume --state-dir {safe(str(where))}", highlight=False)
 
 
 def _state_table(state):

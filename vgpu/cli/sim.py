@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import click
 
@@ -141,3 +142,54 @@ def esxi(workdir: str, machine: str, vms: tuple[str, ...]) -> None:
                    f"reach it with --esxi {server.url} --esxi-ca {work / 'ca.pem'} "
                    f"--esxi-password-file {work / 'password'}", err=True)
         stop.wait()
+
+
+@sim.group("fleet")
+def fleet() -> None:
+    """A simulated fleet for `vgpu rollout`: KVM hosts and one guest each behind a real sshd (docs/rollout.md)."""
+
+
+@fleet.command("create")
+@click.option("--dir", "workdir", required=True, type=click.Path(path_type=Path), metavar="DIR",
+              help="The fleet's directory (replaced when vgpu made it, refused otherwise).")
+@click.option("--hosts", default=3, show_default=True, type=int, help="How many KVM hosts (one guest each).")
+@click.option("--machine", default="8xmi300x", show_default=True, metavar="NAME|FILE", help="Each host's machine.")
+@click.option("--scenario", "scenarios", multiple=True, metavar="GUEST=SCENARIO",
+              help="A guest's scenario (repeat; default healthy; e.g. vm-2=slow for a wave that fails).")
+def fleet_create(workdir: Path, hosts: int, machine: str, scenarios: tuple[str, ...]) -> None:
+    """Build the hosts and guests, start the guests' sshd, write DIR/inventory.yml."""
+    from vgpu.cli.render import safe
+    from vgpu.errors import InputError
+    from vgpu.sim.fleet import create
+
+    pairs = {}
+    for item in scenarios:
+        guest, sep, scenario = item.partition("=")
+        if not sep:
+            raise InputError(f"--scenario {item[:60]!r}: expected GUEST=SCENARIO, e.g. vm-2=slow")
+        pairs[guest] = scenario
+    inventory = create(workdir, hosts=hosts, machine=machine, scenarios=pairs)
+    click.echo(safe(f"simulated fleet of {hosts} hosts ready: inventory {inventory}; stop its sshd with "
+                    f"vgpu sim fleet stop --dir {workdir}", markup=False))
+
+
+@fleet.command("guest")
+@click.option("--dir", "workdir", required=True, type=click.Path(path_type=Path), metavar="DIR")
+@click.argument("guest")
+@click.argument("scenario")
+def fleet_guest(workdir: Path, guest: str, scenario: str) -> None:
+    """Give GUEST another SCENARIO (healthy, slow, ...: vgpu validate --help)."""
+    from vgpu.sim.fleet import set_scenario
+
+    set_scenario(workdir, guest, scenario)
+    click.echo(f"{guest}: {scenario}")
+
+
+@fleet.command("stop")
+@click.option("--dir", "workdir", required=True, type=click.Path(path_type=Path), metavar="DIR")
+def fleet_stop(workdir: Path) -> None:
+    """Stop the fleet's sshd (the files stay)."""
+    from vgpu.sim.fleet import check_dir, stop
+
+    stopped = stop(check_dir(workdir, existing=True))
+    click.echo("stopped" if stopped else "not running")

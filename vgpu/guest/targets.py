@@ -230,10 +230,16 @@ def _from_hostvars(name: str, hv: dict[str, Any], own: set[str], source: str, ba
         vf = get("vgpu_is_vf")
         expect = ExpectSpec(str(model), get("vgpu_compute_partition"), get("vgpu_memory_partition"),
                             True if vf is None else _boolean(vf))
+    env = hv.get("vgpu_guest_env") or {}  # the agent's extra environment, as `env:` in a guests file
+    if not isinstance(env, dict) or not all(
+            isinstance(k, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", k) and isinstance(v, str)
+            and "{{" not in v for k, v in env.items()):
+        raise InputError(f"inventory {source}: host {name}: vgpu_guest_env must map environment variable names "
+                         "to literal strings")
     return _target(name=name, host=str(get("ansible_host", "ansible_ssh_host") or name), port=port,
                    user=get("ansible_user", "ansible_ssh_user"),
                    identity=get("ansible_ssh_private_key_file", "ansible_private_key_file"),
-                   profile=profile, expect=expect, env={},
+                   profile=profile or get("vgpu_guest_profile"), expect=expect, env=env,
                    python=get("ansible_python_interpreter"), skip=_boolean(get("vgpu_skip_workloads") or False),
                    source=f"inventory {source}", base_dir=base_dir)
 

@@ -356,8 +356,8 @@ class Runner:
             failed = [h for h in batch if self.r.hosts[h].state == "failed"]
             if failed:
                 wave.state, wave.finished = "failed", now()
-                wave.reason = f"{len(failed)} of {len(wave.hosts)} host(s) failed: " + "; ".join(
-                    f"{h}: {self.r.hosts[h].reason}" for h in failed[:4])[:3000]
+                wave.reason = (f"{len(failed)} of {len(wave.hosts)} host(s) failed: {', '.join(failed[:8])}"
+                               + (" ..." if len(failed) > 8 else ""))  # each host's record says why
                 self.r.state = "stopped"
                 self.r.reason = f"{wave.label} failed"
                 self._save(f"{wave.label} failed")
