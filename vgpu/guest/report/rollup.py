@@ -35,7 +35,7 @@ STRIP_TOP, STRIP_H = HIST_TOP + HIST_H + 8.0, 64.0
 AXIS_Y = STRIP_TOP + STRIP_H + 6.0
 HEIGHT = AXIS_Y + 30.0
 BINS = 48
-MARK_R = 3.0
+MARK_R = 3.0  # a mark's radius in a chart of many guests; fewer guests get bigger marks (mark_radius)
 _GOLDEN = 0.6180339887498949
 
 CSS = """
@@ -142,6 +142,10 @@ def jitter(k: int) -> float:
     return (k * _GOLDEN) % 1.0
 
 
+def mark_radius(n: int) -> float:
+    return 5.0 if n <= 50 else 4.0 if n <= 200 else MARK_R
+
+
 def histogram(values: Sequence[float], axis: Axis, bins: int = BINS) -> list[int]:
     counts = [0] * bins
     for v in values:
@@ -184,13 +188,13 @@ def distribution_svg(marks: Sequence[Mark], *, thresholds: Sequence[float] = (),
     # strip: one mark per guest, spread over the band's height; problems drawn last (on top)
     ranked = sorted(marks, key=lambda m: m.value)
     named = {id(m) for m in slowest}
-    placed = [(m, axis.x(m.value), STRIP_TOP + MARK_R + jitter(k) * (STRIP_H - 2 * MARK_R))
-              for k, m in enumerate(ranked)]
+    r = mark_radius(len(marks))
+    placed = [(m, axis.x(m.value), STRIP_TOP + r + jitter(k) * (STRIP_H - 2 * r)) for k, m in enumerate(ranked)]
     order = {"pass": 0, "improved": 0, "same": 1, "changed": 1, "skip": 1, "error": 2, "fail": 3, "regressed": 3}
     placed.sort(key=lambda p: (order.get(p[0].status, 1), id(p[0]) in named))
     for m, x, y in placed:
         cls = f"mark {esc(m.status)}" + (" slowest" if id(m) in named else "")
-        out.append(f'<circle class="{cls}" cx="{x:.1f}" cy="{y:.1f}" r="{MARK_R:g}">'
+        out.append(f'<circle class="{cls}" cx="{x:.1f}" cy="{y:.1f}" r="{r:g}">'
                    f"<title>{esc(short(m.guest))}: {_fmt(m.value)}{esc(unit_s)}</title></circle>")
     # axis with round ticks
     out.append(f'<line class="axis" x1="{axis.left:.1f}" x2="{axis.right:.1f}" y1="{AXIS_Y:.1f}" '
