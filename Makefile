@@ -69,7 +69,7 @@ test-e2e:
 	VGPU_REQUIRE_BROWSER=1 $(PYTEST) -q -n $(JOBS) tests/e2e
 
 test-unit:
-	$(PYTEST) -q tests/unit
+	$(PYTEST) -q -n $(JOBS) tests/unit
 
 # Hostile input, signals and non-root runs against the real CLI: exit code, one line, nothing outside changed.
 test-hostile:

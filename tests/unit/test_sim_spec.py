@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import textwrap
-import time
 
 import pytest
 from simhelp import place, dev, driver, read, vfs
@@ -56,14 +55,12 @@ def test_mixed_machine_has_amdgpu_bound_gpu_and_a_shared_iommu_group(tmp_path):
     assert read(host.sys_root / "module/gim/version") == "8.5.0.K"
 
 
-def test_building_default_machine_and_loading_gim_with_8_vfs_is_fast(tmp_path):
-    start = time.perf_counter()
+def test_building_default_machine_and_loading_gim_with_8_vfs(tmp_path):
+    # how long this takes is measured in benchmarks/bench_plan.py, not asserted here (a busy machine is slow)
     host = SimHost.create(place(tmp_path))
     host.kernel.unload_module("gim")
     host.kernel.load_module("gim", {"vf_num": ",".join(["8"] * 8)})
-    elapsed = time.perf_counter() - start
     assert len(vfs(host, "0000:85:00.0")) == 8
-    assert elapsed < 1.5, f"build + gim vf_num=8 took {elapsed:.2f}s"
 
 
 def test_a_spec_file_builds_a_custom_machine_with_its_initial_state(tmp_path):

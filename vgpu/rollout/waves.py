@@ -1,6 +1,6 @@
 """Which hosts go in which wave (pure: no I/O).
 
-Sizes follow Ansible's ``serial`` (AUTOMATION.md section 4): each entry is a host count or a percentage of
+Sizes follow Ansible's ``serial`` (docs/rollout.md has the sources): each entry is a host count or a percentage of
 all the roll-out's hosts (rounded down, at least 1) and the last entry repeats. The first batch is the canary:
 the hosts named with ``--canary``, else the first ``serial[0]`` hosts in inventory order. Canary hosts are
 never in a later wave (a real incident: canary and main nodes drained together). Every wave is at most
