@@ -45,8 +45,8 @@ def keygen(path: Path) -> Path:
     return path
 
 
-def start_sshd(d: Path) -> tuple[int, int, str]:
-    """(port, pid, known_hosts line) of a fresh sshd accepting d/client.pub."""
+def start_sshd(d: Path, extra: tuple[str, ...] = ()) -> tuple[int, int, str]:
+    """(port, pid, known_hosts line) of a fresh sshd accepting d/client.pub; ``extra``: more config lines."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -55,7 +55,7 @@ def start_sshd(d: Path) -> tuple[int, int, str]:
     cfg.write_text("\n".join([
         "ListenAddress 127.0.0.1", f"Port {port}", f"HostKey {host_key}", f"PidFile {d / 'sshd.pid'}",
         f"AuthorizedKeysFile {d / 'client.pub'}", "PasswordAuthentication no", "UsePAM no", "StrictModes no",
-        "Subsystem sftp internal-sftp", "MaxStartups 200:30:400", "MaxSessions 100", "LogLevel ERROR", ""]))
+        "Subsystem sftp internal-sftp", "MaxStartups 200:30:400", "MaxSessions 100", "LogLevel ERROR", *extra, ""]))
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)
     subprocess.run(["/usr/sbin/sshd", "-f", str(cfg), "-E", str(d / "sshd.log")], check=True)
     for _ in range(500):
@@ -98,14 +98,14 @@ def _child_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run_vgpu(d: Path, concurrency: int, n: int) -> tuple[float, float]:
+def run_vgpu(d: Path, concurrency: int, n: int, repo: Path = REPO) -> tuple[float, float]:
     """(wall seconds, CPU seconds of the controller side: vgpu and its threads)."""
     out = d / "reports"
     c0, t0 = _child_cpu(), time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "vgpu", "validate", "--guests", str(d / "guests.yaml"),
                            "--known-hosts", str(d / "known_hosts"), "--report-dir", str(out),
                            "--concurrency", str(concurrency), "--quiet"],
-                          cwd=REPO, capture_output=True, text=True)
+                          cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)}, capture_output=True, text=True)
     took, cpu = time.perf_counter() - t0, _child_cpu() - c0
     report = json.loads((out / "validation-report.json").read_text())
     ok = [g for g in report["guests"] if g["outcome"] == "ok" and g["checks"]]
@@ -154,6 +154,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--record", action="store_true", help="write benchmarks/results/validate_fanout.json")
+    ap.add_argument("--repo", type=Path, default=REPO, help="checkout whose vgpu to run [this one]")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="vgpu-bench-") as tmp:
         d = Path(tmp)
@@ -165,7 +166,7 @@ def main() -> None:
             times: dict[str, list[float]] = {"vgpu": [], "ansible": []}
             cpu: dict[str, list[float]] = {"vgpu": [], "ansible": []}
             for _ in range(a.repeat):  # interleaved, so drift in machine load hits both alike
-                for name, fn in (("vgpu", lambda: run_vgpu(d, a.concurrency, a.guests)),
+                for name, fn in (("vgpu", lambda: run_vgpu(d, a.concurrency, a.guests, a.repo.resolve())),
                                  ("ansible", lambda: run_ansible(d, files, a.concurrency, a.guests))):
                     wall, used = fn()
                     times[name].append(round(wall, 2))
