@@ -138,7 +138,9 @@ def test_the_rollup_charts_each_partition_and_names_its_slowest_guests():
     assert [len(s.findall(f"{SVG}circle")) for s in svgs] == [3, 3, 2, 1]
     first = rollup_part[: rollup_part.index("</figure>")]
     named = re.findall(r'<li class="(\w+)"><a href="#row-(\w+)">(\w+)</a> ([\d.]+) TFLOPS', first)
-    assert named == [("fail", "a2", "a2", "520"), ("pass", "a3", "a3", "1010"), ("pass", "a1", "a1", "1050")]
+    assert named == [("fail", "a2", "a2", "520")]  # of three guests, the slowest one
+    fifth = rollup_part[rollup_part.index("MI300X CPX/NPS4"):]
+    assert re.findall(r'<a href="#row-(\w+)">', fifth[: fifth.index("</figure>")]) == ["b1"]
     assert "58 % of threshold" in first and "<b>1</b> below threshold" in first
     assert 'id="row-a2"' in page  # what the links point at
 
@@ -190,6 +192,17 @@ def test_render_of_1000_guests_is_quick():
     start = time.process_time()
     html.render(rep)
     assert time.process_time() - start < 1.5
+
+
+def test_at_most_five_guests_are_named_and_at_most_half_of_a_small_group():
+    assert [rollup.named_count(n) for n in (1, 2, 3, 4, 6, 10, 11, 1000)] == [1, 1, 1, 2, 3, 5, 5, 5]
+    rep = _fleet(200)
+    page = html.render(rep).decode()
+    first = page[page.index('id="rollup"'):]
+    first = first[: first.index("</figure>")]
+    names = re.findall(r'<a href="#row-(vm-\d+)">', first)
+    values = {g.name: g.checks[1].measured for g in rep.guests}
+    assert names == sorted(values, key=values.get)[:5]
 
 
 def test_paged_table_is_one_table_when_it_fits():

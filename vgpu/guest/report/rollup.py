@@ -237,8 +237,13 @@ class Series:
     thresholds: set[float] = field(default_factory=set)
     guest_thresholds: dict[int, float] = field(default_factory=dict)  # id(mark) -> that guest's threshold
 
-    def slowest(self, n: int = SLOWEST) -> list[Mark]:
-        return sorted(self.marks, key=lambda m: m.value)[:n]
+    def slowest(self) -> list[Mark]:
+        """The SLOWEST lowest values; in a small group at most half of it (naming all of a group says nothing)."""
+        return sorted(self.marks, key=lambda m: m.value)[:named_count(len(self.marks))]
+
+
+def named_count(n: int) -> int:
+    return min(SLOWEST, max(1, n // 2))
 
 
 def group_label(model: str | None, compute: str | None, memory: str | None) -> str:
@@ -358,7 +363,7 @@ def comparison_rollup(deltas: Sequence[Any], *, lower_is_better: Callable[[Any],
         marks = [Mark(d.guest, float(d.relative), d.verdict, (anchors or {}).get(d.guest)) for d in ds]
         limit = ds[0].threshold
         line = [] if limit is None else [limit if lower else -limit]
-        worst = sorted(marks, key=lambda m: -m.value if lower else m.value)[:SLOWEST]
+        worst = sorted(marks, key=lambda m: -m.value if lower else m.value)[:named_count(len(marks))]
         worst = [m for m in worst if (m.value > 0 if lower else m.value < 0)]
         regressed = sum(d.verdict == "regressed" for d in ds)
         svg = distribution_svg(marks, thresholds=line, unit="%", label=f"{check}: change per guest",
