@@ -249,12 +249,13 @@ def _fleet(n: int) -> ValidationReport:
     return ValidationReport("2026-12-04T00:00:00Z", "0.1.0", guests)
 
 
-@pytest.fixture
-def simulated(tmp_path):
-    """A real `vgpu validate --simulate` of four guests, two of them slow."""
-    out = tmp_path / "sim"
+@pytest.fixture(scope="module")
+def simulated(tmp_path_factory):
+    """A real `vgpu validate --simulate` of four guests, two of them slow (read only by the tests)."""
+    base = tmp_path_factory.mktemp("simulated")
+    out = base / "sim"
     run_cli("validate", "--simulate", "--guests", "4", "--scenario", "healthy,slow", "--quiet", "--report-dir",
-            str(out), sim_dir=tmp_path / "simhost", check_rc=1, timeout=300)
+            str(out), sim_dir=base / "simhost", check_rc=1, timeout=300)
     return out
 
 
