@@ -22,7 +22,6 @@ def metrics(reports: tuple[Path, ...], textfile: str, host) -> None:
     per guest its last validation (verdict, time, FP8 TFLOPS), in the Prometheus text format (docs/metrics.md)."""
     from vgpu.cli.output import write_output
     from vgpu.cli.render import safe
-    from vgpu.guest.report.json import load
     from vgpu.inputs import output_target
     from vgpu.metrics import registry, render
     from vgpu.planner import Refusal
@@ -31,7 +30,10 @@ def metrics(reports: tuple[Path, ...], textfile: str, host) -> None:
     if target_path is not None and not target_path.name.endswith(".prom"):
         click.echo(f"warning: {safe(target_path.name, markup=False)}: node_exporter's textfile collector reads "
                    "only *.prom files", err=True)
-    loaded = [load(p) for p in reports]
+    loaded = []
+    if reports:  # the report model and its readers only when there are reports to read
+        from vgpu.guest.report.json import load
+        loaded = [load(p) for p in reports]
     warnings: list[str] = []
     with open_host(host) as target:
         inv = target.discover()

@@ -36,6 +36,7 @@ class SimHost:
         self.root = self.state_dir / ROOT_NAME
         self.sys_root = self.root / "sys"
         self.kernel = SimKernel(self.state_dir, self.root)
+        self._machine_name: str | None = None  # read once: a host keeps its machine until rebuilt
 
     # -- life cycle ---------------------------------------------------------------------------
     @classmethod
@@ -106,7 +107,8 @@ class SimHost:
             raise InputError(f"{state_dir} is not a simulated host vgpu made (no {MARKER} marker)",
                              hint="create one with `vgpu sim reset --sim-dir DIR` in a new directory")
         host = cls(state_dir)
-        host.kernel.repair()  # validates, and repairs a tree a crash left behind
+        state = host.kernel.repair()  # validates, and repairs a tree a crash left behind
+        host._machine_name = _name_of(state.machine)
         return host
 
     @staticmethod
@@ -133,10 +135,10 @@ class SimHost:
 
     @property
     def machine_name(self) -> str:
-        """The machine's name, as ``machine.name`` (checked like it: a state whose spec is not valid raises),
-        without building the spec's models when the recorded spec is a plain name."""
-        name = self.state.machine.get("name")
-        return name if isinstance(name, str) and _PLAIN_NAME.fullmatch(name) else self.machine.name
+        """The machine's name, as ``machine.name``, without building the spec's models for a plain name."""
+        if self._machine_name is None:
+            self._machine_name = _name_of(self.state.machine)
+        return self._machine_name
 
     @property
     def log_path(self) -> Path:
@@ -170,6 +172,14 @@ class SimHost:
             if ctx.state.holders.pop(str(pid), None) is None:
                 raise HostError(f"no simulated process with pid {pid}")
         self.kernel.transaction(f"remove_holder:{pid}", remove, faultable=False)
+
+
+def _name_of(machine: dict) -> str:
+    name = machine.get("name")
+    if isinstance(name, str) and _PLAIN_NAME.fullmatch(name):
+        return name
+    from vgpu.sim.spec import MachineSpec
+    return MachineSpec.model_validate(machine).name  # not a name a spec can have: says what is wrong
 
 
 # A simulator directory is recognised only by this file, which vgpu writes when it builds a host

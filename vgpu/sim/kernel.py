@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 
 from vgpu.errors import HostError
 from vgpu.host.kmsg import LOG_FILE
-from vgpu.sim.state import Fault, SimState, load_state, locked, read_tree_mark, save_state, write_tree_mark
+from vgpu.sim.state import (Fault, SimState, locked, parse_state, read_state_text, read_tree_mark, save_state,
+                            write_tree_mark)
 from vgpu.sim.tree import Tree
 
 # The kernel model (gim, modules, PCI core, and through them the machine specs) is imported by the
@@ -99,14 +100,19 @@ class SimKernel:
     def repair(self) -> SimState:
         """Validate the saved state and re-render the tree if a crash left it behind, under the
         state lock so that another process's operation is never interleaved with the render."""
-        load_state(self.state_dir)  # a missing or corrupt host is an InputError, and no lock file is made
+        # a missing or corrupt host is an InputError, and no lock file is made
+        text = read_state_text(self.state_dir)
+        state = parse_state(text, self.state_dir)
         with locked(self.state_dir):
-            return self.fresh_state()
+            return self.fresh_state(checked=(text, state))
 
-    def fresh_state(self) -> SimState:
+    def fresh_state(self, checked: tuple[str, SimState] | None = None) -> SimState:
         """The saved state; re-renders the whole tree if a crash left it behind the state.
-        Callers hold the state lock (``transaction`` and ``repair`` do)."""
-        state = load_state(self.state_dir)
+        Callers hold the state lock (``transaction`` and ``repair`` do). ``checked``: a text of the state
+        file read before and the state parsed from it, used again when the file still holds that text."""
+        text = read_state_text(self.state_dir)
+        unchanged = checked is not None and checked[0] == text
+        state = checked[1] if unchanged else parse_state(text, self.state_dir)
         if read_tree_mark(self.state_dir) != state.generation:
             self.tree.render_all(state)
             write_tree_mark(self.state_dir, state.generation)

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from vgpu.fsutil import atomic_write
 from vgpu.errors import InputError
-from vgpu.inputs import InputFileError, load_json
+from vgpu.inputs import InputFileError, parse_json, read_text
 from vgpu.model.pci import PciAddress
 from vgpu.sim.drivers import MODULE_NAME, PARAM_NAME
 
@@ -170,17 +170,26 @@ def _sysfs_address(text: str) -> bool:
 
 def load_state(state_dir: Path) -> SimState:
     """Read ``state_dir/state.json``. Raises InputError when missing or corrupt."""
+    return parse_state(read_state_text(state_dir), state_dir)
+
+
+def read_state_text(state_dir: Path) -> str:
+    """The text of ``state_dir/state.json`` (bounded: size cap, UTF-8), unchecked; :func:`parse_state`
+    checks it. Raises InputError when missing or unreadable (corrupt when not text)."""
     path = Path(state_dir) / STATE_FILE
     try:
-        data = load_json(path, "simulator state")  # bounded: size cap, text, nesting
+        return read_text(path, "simulator state")
     except InputFileError as exc:
-        if exc.errno == errno.ENOENT:
-            raise InputError(f"no simulated host in {state_dir}",
-                             hint="create one with `vgpu sim reset` or SimHost.create()") from None
-        if exc.errno is not None:
-            raise
-        raise InputError(f"simulated host state {path} is corrupt ({exc.problem})",
-                         hint="rebuild it with `vgpu sim reset`") from None
+        raise _state_error(exc, state_dir, path) from None
+
+
+def parse_state(text: str, state_dir: Path) -> SimState:
+    """The state that :func:`read_state_text` read from ``state_dir``. Raises InputError when corrupt."""
+    path = Path(state_dir) / STATE_FILE
+    try:
+        data = parse_json(text, "simulator state", path)  # nesting bounded
+    except InputFileError as exc:
+        raise _state_error(exc, state_dir, path) from None
     try:
         if not isinstance(data, dict) or data.get("schema") != STATE_SCHEMA:
             raise ValueError(f"schema is not {STATE_SCHEMA}")
@@ -189,6 +198,16 @@ def load_state(state_dir: Path) -> SimState:
         first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc).splitlines()[0]
         raise InputError(f"simulated host state {path} is corrupt ({first})",
                          hint="rebuild it with `vgpu sim reset`") from None
+
+
+def _state_error(exc: InputFileError, state_dir: Path, path: Path) -> Exception:
+    if exc.errno == errno.ENOENT:
+        return InputError(f"no simulated host in {state_dir}",
+                          hint="create one with `vgpu sim reset` or SimHost.create()")
+    if exc.errno is not None:
+        return exc
+    return InputError(f"simulated host state {path} is corrupt ({exc.problem})",
+                      hint="rebuild it with `vgpu sim reset`")
 
 
 def save_state(state_dir: Path, state: SimState) -> None:
