@@ -290,7 +290,7 @@ def test_validation_report_shows_each_guest_against_the_threshold(browser, simul
         assert sorted(named) == slow  # the slowest two of four named, and linked to their rows
         assert all(dom.all(id=f"row-{n}") for n in named)
 
-    shot = browser.screenshot(page, 1100, 800)
+    shot = browser.screenshot(page, 1100, 640)
     band = first_strip(shot)
     assert shot.count(green, band) >= 60 and shot.count(red, band) >= 60, "guest marks were not painted"
 
@@ -314,7 +314,7 @@ def test_a_report_of_1000_guests_opens_summarised_and_paged(browser, tmp_path):
     moved = browser.dom(page, last).all("details", "page")
     assert [("open" in p.attrs) for p in moved] == [True] + [False] * 8 + [True]
 
-    shot = browser.screenshot(page, 1100, 900)
+    shot = browser.screenshot(page, 1100, 640)
     band = first_strip(shot)
     assert shot.count(green, band) > 2000 and shot.count(red, band) > 150, "guest marks were not painted"
 
@@ -367,6 +367,6 @@ def test_comparison_charts_each_guests_change(browser, simulated, tmp_path):
     (line,) = fig.all("line", "threshold")
     assert line.text() == "threshold -5 %"
     assert sorted(a.text() for a in fig.all("ol", "slowest")[0].all("a")) == slow
-    shot = browser.screenshot(page, 1100, 800)
+    shot = browser.screenshot(page, 1100, 640)
     band = first_strip(shot)
     assert shot.count(red, band) >= 60, "the regressed guests' marks were not painted"
