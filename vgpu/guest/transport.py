@@ -297,7 +297,8 @@ class SshTransport:
                            key_filename=str(endpoint.identity) if endpoint.identity else None,
                            allow_agent=endpoint.identity is None, look_for_keys=endpoint.identity is None,
                            timeout=timeouts.connect, banner_timeout=timeouts.connect,
-                           auth_timeout=timeouts.auth, channel_timeout=timeouts.connect)
+                           auth_timeout=timeouts.auth, channel_timeout=timeouts.connect,
+                           transport_factory=_QuietTransport)
         except Exception as exc:
             transport = client.get_transport()
             greeted = bool(transport is not None and transport.remote_version)
@@ -307,6 +308,17 @@ class SshTransport:
                 raise _no_greeting(exc, where, time.monotonic() - t0, timeouts) from exc
             raise _classify(exc, where, self.known_hosts, timeouts, time.monotonic() - t0) from exc
         return SshSession(client, where, timeouts)
+
+
+class _QuietTransport(paramiko.Transport):
+    """paramiko's Transport with its reader thread polling 2x a second instead of 10x.
+
+    The thread wakes on every packet anyway; the poll only notices a local close() (which also closes the
+    socket, waking it at once), keepalives and handshake deadlines. At 10x a second, a fleet's connections
+    waiting minutes for their agents cost the controller more CPU than the SSH work itself.
+    """
+
+    _active_check_timeout = 0.5
 
 
 def _local_user() -> str:
@@ -515,7 +527,7 @@ def _collect(chan: paramiko.Channel, timeout: float, where: str) -> RunResult:
             if left <= 0:
                 raise TransportFailure(Outcome.TIMEOUT,
                                        f"{where}: agent did not finish within {timeout - 2:g} s")
-            select.select([chan], [], [], min(left, 0.05))
+            select.select([chan], [], [], min(left, 1.0))  # the channel wakes us on output, EOF and close
             while chan.recv_ready():
                 chunk = chan.recv(65536)
                 if len(out) <= OUTPUT_LIMIT:  # drained either way, kept only up to the cap
