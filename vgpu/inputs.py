@@ -166,14 +166,21 @@ def load_json(path: Path | str, kind: str, *, limit: int | None = None) -> Any:
     return parse_json(read_text(path, kind, limit=limit), kind, path)
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"holds {name}, which JSON does not have")
+
+
 def parse_json(text: str, kind: str, path: Path | str) -> Any:
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_constant=_no_constant)  # NaN, Infinity: Python's extension, not JSON
     except RecursionError:
         raise _too_deep(kind, path, MAX_JSON_DEPTH) from None
     except json.JSONDecodeError as exc:
         raise InputFileError(kind, path, f"is not valid JSON (line {exc.lineno}, column {exc.colno}: "
                              f"{exc.msg})") from None
+    except ValueError as exc:  # NaN/Infinity, or an integer longer than Python converts (4300 digits)
+        problem = str(exc) if str(exc).startswith("holds ") else "holds a number too long to read"
+        raise InputFileError(kind, path, f"is not valid JSON: it {problem}") from None
     if _depth(data) > MAX_JSON_DEPTH:
         raise _too_deep(kind, path, MAX_JSON_DEPTH)
     return data

@@ -2,7 +2,7 @@
 ansible-playbook through ansible-runner, on a local-connection host with a simulated 8x MI300X) is between two
 steps. The signal reaches vgpu on the host, which rolls its step back; the roll-out records the canary
 `in_progress` and itself `interrupted`, exits 143, and `resume` finishes both waves. Hosts here have no guests:
-their gate is provisioning alone, which the roll-out says."""
+their gate is provisioning alone, which the roll-out accepts only with --allow-unvalidated, and says."""
 from __future__ import annotations
 
 import json
@@ -45,7 +45,7 @@ def test_sigterm_mid_canary_is_recorded_and_resume_finishes_the_rollout(tmp_path
     pause = tmp_path / "pause"
     pause.mkdir()
     argv = [VGPU, "rollout", "run", "-i", str(inventory), "--profile", "mi300x-4vf", "--state-dir", str(state_dir),
-            "--serial", "1", "--max-unavailable", "1", "-e", "ansible_become=false", "-e", "provision_install=none",
+            "--serial", "1", "--max-unavailable", "1", "--allow-unvalidated", "-e", "ansible_become=false", "-e", "provision_install=none",
             "-e", f"provision_executable={VGPU}", "-e", "provision_simulate=true"]
     proc = subprocess.Popen(argv, cwd=tmp_path, env=env(VGPU_SIM_PAUSE_AT="2:after", VGPU_SIM_PAUSE_DIR=str(pause)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -28,6 +28,7 @@ INVENTORY = """all:
       hosts:
         vm-1: {vgpu_host: kvm-1}
         vm-2: {vgpu_host: kvm-2}
+        vm-3: {vgpu_host: kvm-3}
 """
 
 
@@ -40,7 +41,8 @@ def state_doc(hosts=("kvm-1", "kvm-2")) -> dict:
     return {
         "schema": "vgpu.rollout/v1", "created": "2026-12-04T00:00:00Z", "updated": "2026-12-04T00:00:00Z",
         "state": "stopped", "reason": "wave 2 failed",
-        "spec": {"inventory": "/nonexistent/inventory.yml", "inventory_sha256": "0" * 64, "profile": "mi300x-1vf",
+        "spec": {"inventory": "/nonexistent/inventory.yml", "inventory_sha256": "0" * 64,
+                 "inventory_view_sha256": "0" * 64, "profile": "mi300x-1vf",
                  "hosts_pattern": "gim_hosts", "guests_pattern": "gpu_guests", "serial": ["1"],
                  "max_unavailable": "1"},
         "max_unavailable_hosts": 1,
@@ -54,9 +56,13 @@ def valid_doc(area: Path) -> dict:
     """A state that passes every check of resume (its inventory, hash and hosts), to test what comes after."""
     import hashlib
 
+    from vgpu.rollout.plan import read_fleet
+
     doc = state_doc()
     doc["spec"]["inventory"] = str(area / "inventory.yml")
     doc["spec"]["inventory_sha256"] = hashlib.sha256((area / "inventory.yml").read_bytes()).hexdigest()
+    doc["spec"]["inventory_view_sha256"] = read_fleet(area / "inventory.yml", "gim_hosts", "gpu_guests").view_sha256
+    doc["hosts"]["kvm-1"]["guests"], doc["hosts"]["kvm-2"]["guests"] = ["vm-1"], ["vm-2"]
     return doc
 
 
@@ -66,7 +72,7 @@ def area(tmp_path) -> Path:
     return tmp_path
 
 
-STATE_NEEDLE = {"fifo": "FIFO", "dev-zero": "character device", "directory": "a directory, not a regular file",
+STATE_NEEDLE = {"fifo": "FIFO", "dev-zero": "symbolic link",  # a link to /dev/zero: resume trusts no link "directory": "a directory, not a regular file",
                 "over-cap": "16 MiB", "nul": "binary data", "bad-utf8": "not UTF-8", "deep": "deeper than 64",
                 "wrong-shape": "schema 'list'"}
 
@@ -124,6 +130,12 @@ def crafted(doc: dict, case: str) -> dict:
     elif case == "escape-host":
         doc["waves"][1]["hosts"] = ["kvm\x1b]0;pwned\x07"]
         doc["hosts"]["kvm\x1b]0;pwned\x07"] = doc["hosts"].pop("kvm-2")
+    elif case == "passed-wave-not-started":
+        doc["waves"][1]["state"] = "passed"
+    elif case == "nan-threshold":
+        doc["spec"]["thresholds"] = {"fp8": float("nan")}
+    elif case == "huge-integer":
+        pass  # written as text below: Python itself will not convert a 5000-digit integer
     elif case == "other-schema":
         doc["schema"] = "vgpu.rollout/v9"
     elif case == "wrong-type":
@@ -140,14 +152,18 @@ CRAFTED = {"host-in-two-waves": "in two waves", "report-outside": "outside the s
            "secret-var": "looks like a secret", "own-var": "sets this variable itself",
            "template-profile": "Jinja template", "template-pattern": "Jinja template",
            "host-all": "not an inventory host name", "host-pattern": "not an inventory host name",
-           "escape-host": "not an inventory host name"}
+           "escape-host": "not an inventory host name", "passed-wave-not-started": "wave 2 is passed but its hosts",
+           "nan-threshold": "holds NaN", "huge-integer": "number too long"}
 
 
 @pytest.mark.parametrize("case", sorted(CRAFTED))
 def test_crafted_state_is_refused_before_a_resume_trusts_it(area, case):
     state_dir = area / "rollout"
     state_dir.mkdir()
-    (state_dir / "state.json").write_text(json.dumps(crafted(state_doc(), case)))
+    doc = crafted(state_doc(), case)
+    text = json.dumps(doc) if case != "huge-integer" else json.dumps({**doc, "max_unavailable_hosts": 0}).replace(
+        '"max_unavailable_hosts": 0', '"max_unavailable_hosts": ' + "9" * 5000)
+    (state_dir / "state.json").write_text(text)
     watch = Watch(area)
     proc = run("resume", "--state-dir", str(state_dir))
     line = assert_refused(proc, 5, "roll-out state", CRAFTED[case])
@@ -171,11 +187,11 @@ def test_a_lock_file_that_is_a_symlink_or_fifo_is_never_written_through(area):
     (state_dir / "state.json").write_text(json.dumps(valid_doc(area)))
     (state_dir / "lock").symlink_to(victim)
     watch = Watch(area)
-    assert_refused(run("resume", "--state-dir", str(state_dir)), 1, "lock file", "symbolic link")
+    assert_refused(run("resume", "--state-dir", str(state_dir)), 5, "lock file", "symbolic link")
     (state_dir / "lock").unlink()
     os.mkfifo(state_dir / "lock")
     watch = Watch(area)
-    assert_refused(run("resume", "--state-dir", str(state_dir)), 1, "lock file", "not a regular file")
+    assert_refused(run("resume", "--state-dir", str(state_dir)), 5, "lock file", "not a regular file")
     watch.unchanged()
     assert victim.read_text() == "precious\n"
 
@@ -214,6 +230,14 @@ BAD_RUNS = {
     "baseline-fifo": (["--baseline", "FIFO"], "FIFO"),
     "baseline-not-a-report": (["--baseline", "INVENTORY"], "report"),
     "no-such-hosts": (["--hosts", "esxi_hosts"], "no hosts match --limit esxi_hosts"),
+    "host-without-guests": (["--guests", "vm-1,vm-2"], "1 of the roll-out's 3 hosts have no guest to validate (kvm-3)"),
+    "guests-typo": (["--guests", "gpu_gusts", "--canary", "kvm-1"], "3 of the roll-out's 3 hosts have no guest"),
+    "gate-var-skip-workloads": (["-e", "validate_skip_workloads=true"], "what its gate checks"),
+    "gate-var-ansible-host": (["-e", "ansible_host=10.9.9.9"], "which hosts a wave reaches"),
+    "gate-var-baseline": (["-e", "validate_baseline=/dev/null"], "validate_baseline"),
+    "infinite-var": (["-e", "x=.inf"], "not a finite number"),
+    "profile-file": (["--profile", "./mine.yaml"], "shipped profiles by name"),
+    "many-thresholds": ([a for i in range(70) for a in ("--threshold", f"c{i}=1")], "thresholds"),
 }
 
 
@@ -258,12 +282,13 @@ def test_run_never_overwrites_a_recorded_roll_out_and_refuses_a_state_dir_that_i
 
 def test_dry_run_writes_nothing_and_lists_the_waves(area):
     watch = Watch(area)
-    proc = run(*run_args(area, "--dry-run", "--json"))
+    proc = run(*run_args(area, "--dry-run", "--json", "--allow-unvalidated", "--guests", "vm-1,vm-2"))
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
     assert [w["hosts"] for w in plan["waves"]] == [["kvm-1"], ["kvm-2"], ["kvm-3"]]
     assert plan["warnings"] == ["kvm-3 (wave 3) has no guests: its gate is provisioning alone (give its guests "
                                 "the host variable vgpu_host: kvm-3)"]
+    assert plan["spec"]["allow_unvalidated"] is True
     watch.unchanged()
     assert not (area / "rollout").exists()
 
@@ -280,3 +305,52 @@ def test_a_state_naming_hosts_outside_its_inventory_is_refused(area):
     watch = Watch(area)
     assert_refused(run("resume", "--state-dir", str(state_dir)), 5, "host kvm-9 is not one of the inventory's")
     watch.unchanged()
+
+
+@pytest.mark.parametrize("how", ["empty-string", "root", "non-empty", "world-writable", "foreign-owner", "file"])
+def test_a_state_directory_that_is_not_a_new_private_one_is_refused(area, how):
+    """A roll-out runs what its state file says: its directory is new, or empty, this user's and writable by
+    nobody else (a file another user could write would choose what a root-run resume executes)."""
+    target = {"empty-string": "", "root": "/", "file": str(area / "inventory.yml")}.get(how, str(area / "d"))
+    if how in ("non-empty", "world-writable", "foreign-owner"):
+        (area / "d").mkdir()
+    if how == "non-empty":
+        (area / "d" / "notes.txt").write_text("mine")
+    if how == "world-writable":
+        os.chmod(area / "d", 0o777)
+    if how == "foreign-owner":
+        os.chown(area / "d", 65534, 65534)
+    watch = Watch(area)
+    argv = [a if a != str(area / "rollout") else target for a in run_args(area)]
+    needle = {"empty-string": "give a directory of its own", "root": "give a directory of its own",
+              "non-empty": "is not empty", "world-writable": "writable by others", "foreign-owner": "belongs to uid",
+              "file": "not a directory"}[how]
+    assert_refused(run(*argv), 5, needle)
+    watch.unchanged()
+
+
+def test_a_state_another_user_could_write_is_never_resumed_but_can_be_read(area):
+    state_dir = area / "rollout"
+    state_dir.mkdir(mode=0o700)
+    (state_dir / "state.json").write_text(json.dumps(valid_doc(area)))
+    os.chmod(state_dir / "state.json", 0o666)
+    watch = Watch(area)
+    assert_refused(run("resume", "--state-dir", str(state_dir)), 5, "writable by others")
+    shown = run("status", "--state-dir", str(state_dir))
+    assert shown.returncode == 1 and "stopped" in shown.stdout  # looking is harmless
+    watch.unchanged()
+
+
+def test_status_of_a_run_that_died_says_interrupted_and_how_to_resume(area):
+    doc = valid_doc(area)
+    doc["state"], doc["reason"] = "running", None
+    doc["waves"][0]["state"] = "running"
+    doc["hosts"]["kvm-1"]["state"] = "in_progress"
+    doc["waves"][0]["reports"] = {"validate\x1b[2J[red]x": "wave-01/run-1/x.html"}
+    state_dir = area / "rollout"
+    state_dir.mkdir(mode=0o700)
+    (state_dir / "state.json").write_text(json.dumps(doc))
+    proc = run("status", "--state-dir", str(state_dir))
+    assert proc.returncode == 3
+    assert "interrupted (no run holds it" in proc.stdout and "resume: vgpu rollout resume" in proc.stdout
+    assert "\x1b" not in proc.stdout

@@ -5,15 +5,18 @@ a resume reads back."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
 
-from vgpu.errors import ExitCode, InputError, InterruptedRun, RefusedError
+from vgpu.errors import ExitCode, InputError, InterruptedRun, RefusedError, VgpuError
 from vgpu.guest.agent.result import AgentResult, CheckResult
 from vgpu.guest.report.model import GuestReport, Outcome, ValidationReport
 from vgpu.rollout import waves as W
-from vgpu.rollout.runner import Prepared, Runner, new_rollout, sha256_of
+from vgpu.rollout.plan import Prepared, new_rollout, sha256_of
+from vgpu.rollout.runner import Runner
 from vgpu.rollout.state import Spec, StateDir
 
 
@@ -36,12 +39,16 @@ class Fleet:
         self.failing: set[str] = set()
         self.tflops = dict(tflops or {})
         self.interrupt_on: str | None = None
+        self.error_on: str | None = None
+        self.signal_in_validate: int | None = None
 
     def provision(self, hosts, out, note):
         self.calls.append(("provision", list(hosts)))
         note("provision task: Apply the profile")
         if self.interrupt_on in hosts:
             raise InterruptedRun("interrupted by SIGTERM", 15)
+        if self.error_on in hosts:
+            raise VgpuError("no playbooks/ and collections/ under /nowhere")
         return {h: self.provision_fails.get(h) for h in hosts}
 
     def guest_stack(self, guests, out, note):
@@ -50,6 +57,8 @@ class Fleet:
 
     def validate(self, guests, out, note):
         self.calls.append(("validate", list(guests)))
+        if self.signal_in_validate:
+            os.kill(os.getpid(), self.signal_in_validate)  # arrives while the playbook "runs": acted on after it
         return report({g: self.tflops.get(g, 1300.0) for g in guests}, tuple(self.failing)), None
 
 
@@ -64,7 +73,8 @@ def make(tmp_path):
     def build(*, serial=("1", "2"), max_unavailable="2", canary=(), baseline=None, guest_stack=False):
         guests = {h: [h.replace("kvm", "vm")] for h in HOSTS}
         plan = W.plan_waves(HOSTS, guests, canary=canary, serial=serial, max_unavailable=max_unavailable)
-        spec = Spec(inventory=str(inventory), inventory_sha256=sha256_of(inventory, "inventory"), profile="mi300x-1vf",
+        spec = Spec(inventory=str(inventory), inventory_sha256=sha256_of(inventory, "inventory"),
+                    inventory_view_sha256="0" * 64, profile="mi300x-1vf",
                     hosts_pattern="gim_hosts", guests_pattern="gpu_guests", canary=list(canary), serial=list(serial),
                     max_unavailable=max_unavailable, baseline=None if baseline is None else "baseline.json",
                     baseline_sha256=None if baseline is None else "0" * 64, thresholds={"fp8": 5.0},
@@ -259,3 +269,54 @@ def test_rollout_metrics_parse_with_prometheus_clients_own_parser(make):
     assert samples[("vgpu_rollout_wave_state", (("canary", "false"), ("state", "pending"), ("wave", "3")))] == 1
     assert samples[("vgpu_rollout_running", ())] == 0
     assert samples[("vgpu_rollout_updated_timestamp_seconds", ())] > 1.7e9
+
+
+def test_an_error_mid_wave_is_recorded_with_where_it_stopped_and_how_to_resume(make):
+    store, rollout = make()
+    fleet = Fleet()
+    fleet.error_on = "kvm-2"
+    with pytest.raises(VgpuError) as caught:
+        Runner(store, rollout, fleet).run()
+    assert "resume: vgpu rollout resume --state-dir" in caught.value.hint
+    saved = store.load()
+    assert saved.state == "interrupted" and saved.reason == "no playbooks/ and collections/ under /nowhere"
+    assert states(store)["kvm-2"] == "in_progress" and states(store)["kvm-1"] == "done"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM])
+def test_a_signal_during_a_playbook_ends_the_run_after_it_and_never_marks_the_next_wave(make, signum):
+    """SIGHUP (the operator's SSH session went away) and SIGTERM while the canary validates: the playbook
+    finishes, the canary is recorded, the run stops before wave 2 marks any host, and says how to resume."""
+    store, rollout = make()
+    fleet = Fleet()
+    fleet.signal_in_validate = signum
+    with pytest.raises(InterruptedRun) as caught:
+        Runner(store, rollout, fleet).run()
+    assert caught.value.exit_code == 128 + signum and "resume" in caught.value.hint
+    saved = store.load()
+    assert saved.state == "interrupted" and saved.waves[0].state == "passed"
+    assert saved.waves[1].state == "pending" and states(store)["kvm-2"] == "not_started"
+    assert saved.hosts["kvm-2"].attempts == 0
+    assert signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler)  # handlers restored
+
+
+def test_a_wave_split_into_batches_keeps_each_batchs_reports(make):
+    store, rollout = make(serial=("1", "2"), max_unavailable="2")
+    fleet = Fleet()
+    fleet.failing = {"vm-2"}
+    Runner(store, rollout, fleet).run()
+    fleet.failing = set()
+    resume(store, fleet, skip_failed=True)
+    reports = store.load().waves[2].reports
+    assert reports["provision"] == "wave-03/run-1-batch-2/provision.json"  # the second batch of one host
+
+
+def test_a_new_run_of_a_wave_does_not_point_at_the_last_runs_reports(make):
+    store, rollout = make()
+    fleet = Fleet()
+    fleet.failing = {"vm-2"}
+    Runner(store, rollout, fleet).run()
+    assert store.load().waves[1].reports["validate"] == "wave-02/run-1/validate/validation-report.html"
+    fleet.failing, fleet.provision_fails["kvm-2"] = set(), "provision: failed at Apply the profile: held"
+    resume(store, fleet)
+    assert store.load().waves[1].reports == {"provision": "wave-02/run-2/provision.json"}

@@ -56,13 +56,18 @@ def test_sizes_that_are_not_counts_or_percentages_are_refused(bad):
 
 def test_hosts_without_guests_and_guests_without_a_host_are_warned_about():
     guests, warnings = W.guests_by_host(["kvm-1", "kvm-2"], {"vm-1": {"vgpu_host": "kvm-1"}, "vm-x": {},
-                                                             "vm-y": {"vgpu_host": "elsewhere"},
-                                                             "vm-z": {"vgpu_host": ["kvm-1"]}})
+                                                             "vm-y": {"vgpu_host": "elsewhere"}})
     assert guests == {"kvm-1": ["vm-1"], "kvm-2": []}
-    assert len(warnings) == 3 and "vm-x has no vgpu_host" in warnings[0]
+    assert len(warnings) == 2 and "vm-x has no vgpu_host" in warnings[0] and "not a host of this" in warnings[1]
     plan = W.plan_waves(["kvm-1", "kvm-2"], guests, max_unavailable="100%")
     assert any(w.startswith("kvm-2 (wave 2) has no guests") for w in plan.warnings)
 
 
 def test_split_batches():
     assert W.split(["a", "b", "c"], 2) == [["a", "b"], ["c"]] and W.split([], 3) == []
+
+
+@pytest.mark.parametrize("value", [["kvm-1"], 7, True, "{{ groups.gim_hosts[0] }}", "all", "kvm-*", ""])
+def test_a_vgpu_host_that_is_not_a_literal_host_name_is_refused(value):
+    with pytest.raises(InputError, match="guest vm-1: vgpu_host .* is not a host name"):
+        W.guests_by_host(["kvm-1"], {"vm-1": {"vgpu_host": value}})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -12,6 +13,8 @@ from vgpu.errors import ExitCode, InputError
 HOST_STYLES = {"done": "green", "in_progress": "yellow", "failed": "bold red", "not_started": "dim"}
 WAVE_STYLES = {"passed": "green", "running": "yellow", "failed": "bold red", "pending": "dim"}
 STATE_DIR_HELP = "The roll-out's directory: its state (state.json) and each wave's reports."
+STATE_DIR = click.Path(path_type=Path, readable=False)  # vgpu says what is wrong with it, as one line
+BIG = 40  # more hosts than this: the tables show counts per wave and only the hosts that need a look
 
 
 @click.group()
@@ -20,12 +23,12 @@ def rollout() -> None:
 
 
 @rollout.command("run")
-@click.option("-i", "--inventory", required=True, type=click.Path(path_type=Path),
+@click.option("-i", "--inventory", required=True, type=click.Path(path_type=Path, readable=False),
               help="Ansible inventory: the hypervisor hosts and the guests (each guest names its host in vgpu_host).")
-@click.option("--profile", required=True, help="The vgpu profile the hosts get (provision_profile).")
+@click.option("--profile", required=True, help="The shipped vgpu profile the hosts get (provision_profile).")
 @click.option("--guest-profile", default=None,
               help="The profile guests are validated against (default: --profile; a guest's vgpu_guest_profile wins).")
-@click.option("--state-dir", required=True, type=click.Path(path_type=Path), help=STATE_DIR_HELP)
+@click.option("--state-dir", required=True, type=STATE_DIR, help=STATE_DIR_HELP + " A new directory.")
 @click.option("--hosts", "hosts_pattern", default="gim_hosts:passthrough_hosts", show_default=True,
               help="Ansible pattern of the hosts to roll out to.")
 @click.option("--guests", "guests_pattern", default="gpu_guests", show_default=True,
@@ -36,51 +39,53 @@ def rollout() -> None:
               help="Batch sizes as in Ansible's serial: the first is the canary's, the last repeats.")
 @click.option("--max-unavailable", default="25%", show_default=True, metavar="N|P%",
               help="Most hosts down at once, failed ones included; caps every wave.")
-@click.option("--baseline", type=click.Path(path_type=Path), default=None,
+@click.option("--baseline", type=click.Path(path_type=Path, readable=False), default=None,
               help="A validation report (JSON or report directory) each wave is compared with; a regression "
                    "fails the wave.")
 @click.option("--threshold", "thresholds", multiple=True, metavar="CHECK=PERCENT",
               help="Regression threshold for checks starting with CHECK (as vgpu report --compare).")
 @click.option("--guest-stack", is_flag=True, help="Install the guest driver and ROCm on each wave's guests "
               "(install_guest_stack.yml) before validating them.")
+@click.option("--allow-unvalidated", is_flag=True,
+              help="Accept hosts with no guest to validate (their waves are gated on provisioning alone).")
 @click.option("-e", "--extra-vars", "extra", multiple=True, metavar="KEY=VALUE",
               help="A variable for every playbook of the roll-out (repeatable); recorded for resume.")
 @click.option("--dry-run", is_flag=True, help="Print the waves and what each would do; change and write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan (--dry-run) or the final state as JSON.")
 def run(inventory, profile, guest_profile, state_dir, hosts_pattern, guests_pattern, canary, serial,
-        max_unavailable, baseline, thresholds, guest_stack, extra, dry_run, as_json) -> int:
+        max_unavailable, baseline, thresholds, guest_stack, allow_unvalidated, extra, dry_run, as_json) -> int:
     """Start a roll-out: the canary, then each wave, stopping at the first wave that fails.
 
     Exit 0: every host done; 1: a wave failed validation or regressed (the roll-out stopped); 8: a host
     could not be provisioned; 4: refused (failed hosts fill --max-unavailable); 5: bad input (nothing ran);
-    7: another run holds the state directory; 130/143: interrupted (resume continues).
+    7: another run holds the state directory; 130/143/129: interrupted by SIGINT/SIGTERM/SIGHUP (resume continues).
     """
     from vgpu.automation.playbooks import parse_extra_vars
-    from vgpu.rollout import runner as R
+    from vgpu.rollout import plan as P
     from vgpu.rollout import waves as W
     from vgpu.rollout.state import StateDir
 
     store = StateDir(state_dir)
     if not dry_run:
         store.check_new()
-    req = R.Request(inventory=inventory, profile=profile, guest_profile=guest_profile, hosts_pattern=hosts_pattern,
+    req = P.Request(inventory=inventory, profile=profile, guest_profile=guest_profile, hosts_pattern=hosts_pattern,
                     guests_pattern=guests_pattern, canary=tuple(canary), serial=W.parse_serial(serial),
                     max_unavailable=max_unavailable, baseline=baseline, thresholds=tuple(thresholds),
-                    guest_stack=guest_stack, extra_vars=parse_extra_vars(extra))
-    prep = R.prepare(req)
+                    guest_stack=guest_stack, allow_unvalidated=allow_unvalidated, extra_vars=parse_extra_vars(extra))
+    prep = P.prepare(req)
     if dry_run:
         _show_plan(prep, as_json)
         return ExitCode.OK
+    state = P.new_rollout(prep)  # every check passed: only now is the directory made
     store.create()
     with store.lock():
         store.check_new()  # a second `run` that raced this one for the directory
-        state = R.new_rollout(prep)
         store.save(state)
         return _execute(store, state, prep.baseline, as_json, skip_failed=False)
 
 
 @rollout.command("resume")
-@click.option("--state-dir", required=True, type=click.Path(path_type=Path), help=STATE_DIR_HELP)
+@click.option("--state-dir", required=True, type=STATE_DIR, help=STATE_DIR_HELP)
 @click.option("--skip-failed", is_flag=True, help="Leave the failed hosts failed (they still count against "
               "--max-unavailable) and go on with the next waves; never past a failed canary.")
 @click.option("--json", "as_json", is_flag=True, help="Print the final state as JSON.")
@@ -89,9 +94,8 @@ def resume(state_dir, skip_failed, as_json) -> int:
 
     Exit codes as for run.
     """
+    from vgpu.rollout.plan import check_against_inventory, sha256_of
     from vgpu.rollout.state import StateDir
-
-    from vgpu.rollout.runner import check_against_inventory, sha256_of
 
     store = StateDir(state_dir)
     state = store.load()
@@ -102,15 +106,17 @@ def resume(state_dir, skip_failed, as_json) -> int:
         if latest.spec != state.spec or set(latest.hosts) != set(state.hosts):
             raise InputError(f"the roll-out in {state_dir} changed while resume read it", hint="run resume again")
         state = latest
-        if state.state == "done" and not any(h.state == "failed" for h in state.hosts.values()):
+        if state.state == "done" and all(h.state == "done" for h in state.hosts.values()):
             click.echo(f"the roll-out in {state_dir} is done: nothing to resume", err=True)
-            _finish(state, as_json)
+            _finish(state, as_json, state_dir)
             return ExitCode.OK
+        if state.spec.extra_vars and not as_json:
+            click.echo("variables: " + " ".join(f"{k}={v}" for k, v in state.spec.extra_vars.items()), err=True)
         return _execute(store, state, None, as_json, skip_failed=skip_failed)
 
 
 @rollout.command("status")
-@click.option("--state-dir", required=True, type=click.Path(path_type=Path), help=STATE_DIR_HELP)
+@click.option("--state-dir", required=True, type=STATE_DIR, help=STATE_DIR_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the state as JSON (schema vgpu.rollout/v1).")
 @click.option("--textfile", metavar="FILE|-", default=None,
               help="Write the roll-out's progress as Prometheus metrics instead (node_exporter's textfile "
@@ -126,7 +132,7 @@ def status(state_dir, as_json, textfile) -> int:
         from vgpu.inputs import output_target
         target = output_target(textfile, "metrics output")  # checked before anything is read
     store = StateDir(state_dir)
-    state = store.load()
+    state = store.load(trusted=False)  # only read: anyone may look
     holder = lock_holder(store.path)
     if textfile is not None:
         from vgpu.cli.output import write_output
@@ -134,15 +140,17 @@ def status(state_dir, as_json, textfile) -> int:
         write_output(target, render(rollout_registry(state, running=holder is not None)), "metrics output",
                      mode=0o644)
     else:
-        _finish(state, as_json, running=holder)
+        _finish(state, as_json, state_dir, running=holder, checked=True)
     if state.state == "done":
-        return ExitCode.FAILURE if any(h.state == "failed" for h in state.hosts.values()) else ExitCode.OK
+        ok = all(h.state == "done" for h in state.hosts.values())
+        return ExitCode.OK if ok else ExitCode.FAILURE
     return ExitCode.FAILURE if state.state == "stopped" else ExitCode.CHANGES_PENDING
 
 
 def _execute(store, state, baseline, as_json: bool, *, skip_failed: bool) -> int:
     from vgpu.cli.render import console, safe
-    from vgpu.rollout.runner import PlaybookActions, Runner
+    from vgpu.rollout.actions import PlaybookActions
+    from vgpu.rollout.runner import Runner
 
     err = console(err=True)
     for warning in state.warnings:
@@ -150,11 +158,13 @@ def _execute(store, state, baseline, as_json: bool, *, skip_failed: bool) -> int
     with _Live(enabled=sys.stderr.isatty() and not as_json) as live:
         runner = Runner(store, state, PlaybookActions(state.spec), baseline=baseline, on_change=live.update)
         outcome = runner.run(skip_failed=skip_failed)
-    _finish(outcome.rollout, as_json)
+    _finish(outcome.rollout, as_json, store.path)
     return outcome.exit_code
 
 
-def _finish(state, as_json: bool, running: str | None = None) -> None:
+def _finish(state, as_json: bool, state_dir: Path, running: str | None = None, checked: bool = False) -> None:
+    """The state as a table (or JSON), what it means, where the failed wave's reports are, how to go on.
+    ``checked``: ``running`` says whether a run holds the roll-out now (status)."""
     if as_json:
         from vgpu.cli.render import print_json
         print_json(state.to_dict())
@@ -162,32 +172,39 @@ def _finish(state, as_json: bool, running: str | None = None) -> None:
     from vgpu.cli.render import console, safe
 
     out = console()
-    out.print(_state_table(state))
-    counts = state.counts()
-    line = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in counts.items() if n)
+    out.print(state_table(state))
+    line = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in state.counts().items() if n)
+    orphaned = checked and state.state == "running" and running is None
     if running:
         out.print(f"[yellow]running now[/] ({safe(running)})")
     verdicts = {"done": "[green]done[/]", "stopped": "[bold red]stopped[/]", "interrupted": "[yellow]interrupted[/]",
                 "running": "[yellow]running[/]"}
-    out.print(f"roll-out {verdicts[state.state]}: {line}" + (f" - {safe(state.reason)}" if state.reason else ""))
-    where = Path(click.get_current_context().params.get("state_dir") or ".")  # not recorded: the directory can move
+    verdict = "[yellow]interrupted[/] (no run holds it: the last one ended without recording why)" if orphaned \
+        else verdicts[state.state]
+    out.print(f"roll-out {verdict}: {line}" + (f" - {safe(state.reason)}" if state.reason else ""))
     for wave in state.waves:
         if wave.state == "failed":
             for name, rel in wave.reports.items():
-                out.print(f"{wave.label} {name}: {safe(str(where / rel))}", highlight=False)
-    if state.state in ("stopped", "interrupted"):
-        out.print(f"resume: vgpu rollout resume --state-dir {safe(str(where))}", highlight=False)
+                out.print(f"{wave.label} {safe(name)}: {safe(str(Path(state_dir) / rel))}", highlight=False)
+    if state.state in ("stopped", "interrupted") or orphaned:
+        out.print(f"resume: vgpu rollout resume --state-dir {safe(str(state_dir))}", highlight=False)
 
 
-def _state_table(state):
+def state_table(state):
     from vgpu.cli.render import add_row, cell, table
 
     rows = table(f"roll-out of {state.spec.profile} ({len(state.hosts)} hosts, at most "
                  f"{state.max_unavailable_hosts} unavailable)", ("wave", "host", "state", "phase", "guests", "reason"))
+    big = len(state.hosts) > BIG
     for wave in state.waves:
-        add_row(rows, cell(f"{wave.label} ({wave.state})", WAVE_STYLES.get(wave.state)), "", "", "", "",
-                wave.reason if wave.state == "failed" else "")
+        hosts = [h for h in wave.hosts if not big or state.hosts[h].state in ("in_progress", "failed")]
+        counts = {}
         for h in wave.hosts:
+            counts[state.hosts[h].state] = counts.get(state.hosts[h].state, 0) + 1
+        summary = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in counts.items()) if big else ""
+        add_row(rows, cell(f"{wave.label} ({wave.state})", WAVE_STYLES.get(wave.state)), summary, "", "", "",
+                wave.reason if wave.state == "failed" else "")
+        for h in hosts:
             rec = state.hosts[h]
             add_row(rows, "", h, cell(rec.state.replace("_", " "), HOST_STYLES.get(rec.state)),
                     rec.phase if rec.state != "done" else "", len(rec.guests), rec.reason)
@@ -200,9 +217,10 @@ def _show_plan(prep, as_json: bool) -> None:
     if spec.guest_stack:
         steps.append("install_guest_stack.yml on their guests (decoupled amdgpu driver + ROCm)")
     steps.append("validate.yml on their guests (vgpu validate against "
-                 + (spec.guest_profile or spec.profile) + ")")
+                 + (spec.guest_profile or spec.profile) + "; a guest's vgpu_guest_profile wins)")
     if spec.baseline:
-        steps.append(f"compare with the baseline {spec.baseline} (a regression fails the wave)")
+        steps.append(f"compare with the baseline {spec.baseline} (a regression fails the wave; thresholds "
+                     + ", ".join(f"{k}={v:g}%" for k, v in spec.thresholds.items()) + ")")
     gate = "every host provisioned, every guest passes" + (" and does not regress" if spec.baseline else "")
     if as_json:
         from vgpu.cli.render import print_json
@@ -224,27 +242,32 @@ def _show_plan(prep, as_json: bool) -> None:
     out.print(rows)
     out.print("each wave, in order:")
     for i, step in enumerate(steps, 1):
-        out.print(f"  {i}. {safe(step)}")
+        out.print(f"  {i}. {safe(step)}", highlight=False)
     out.print(f"gate: {gate}; the roll-out stops at the first wave that fails")
+    if spec.extra_vars:
+        out.print("variables for every playbook: " + safe(" ".join(f"{k}={v}" for k, v in spec.extra_vars.items())),
+                  highlight=False)
     for w in plan.warnings:
-        out.print(f"[yellow]warning[/]: {safe(w)}")
+        out.print(f"[yellow]warning[/]: {safe(w)}", highlight=False)
     out.print("dry run: nothing was changed or written")
 
 
 class _Live:
-    """The waves and hosts as a live table on a terminal; a line per change otherwise (logs, CI)."""
+    """The waves and hosts as a live table on a terminal (redrawn at most 4 times a second; big fleets as counts);
+    a line per change otherwise (logs, CI)."""
 
     def __init__(self, enabled: bool):
         self.enabled = enabled
         self._live = None
         self._last = ""
+        self._drawn = 0.0
 
     def __enter__(self) -> "_Live":
         if self.enabled:
             from rich.live import Live
 
             from vgpu.cli.render import console
-            self._live = Live(console=console(err=True), transient=True, refresh_per_second=4)
+            self._live = Live(console=console(err=True), transient=True, auto_refresh=False)
             self._live.start()
         return self
 
@@ -252,9 +275,13 @@ class _Live:
         from vgpu.cli.render import console, safe
 
         if self._live is not None:
+            now = time.monotonic()
+            if now - self._drawn < 0.25 and " task: " in note:
+                return  # task chatter between two redraws
+            self._drawn = now
             from rich.console import Group
             from rich.text import Text
-            self._live.update(Group(_state_table(state), Text(note)))
+            self._live.update(Group(state_table(state), Text(safe(note, markup=False))), refresh=True)
             return
         if note and note != self._last and " task: " not in note:  # task-level chatter: the live view only
             self._last = note

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import math
 import os
 import re
 import stat
@@ -42,6 +43,12 @@ Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
 # variables the roll-out sets for each playbook itself: an -e of the same name would silently change a wave
 OWN_VARS = frozenset({"provision_profile", "vgpu_serial", "vgpu_max_fail_percentage", "vgpu_provision_hosts",
                       "vgpu_guests", "validate_report_dir", "validate_profile", "validate_simulate"})
+# variables an -e would use to weaken the gate or re-target hosts behind the plan's back: the inventory or the
+# roll-out's own options set them
+GATE_VARS = frozenset({"inventory_hostname", "vgpu_host", "vgpu_guest_profile", "vgpu_guest_env", "validate_baseline",
+                       "validate_thresholds", "validate_skip_workloads", "validate_sim_guests",
+                       "validate_sim_scenarios", "ansible_host", "ansible_port", "ansible_connection",
+                       "ansible_ssh_host", "ansible_ssh_port", "ansible_limit"})
 _TEMPLATE = re.compile(r"\{\{|\{%|\{#")
 _VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 _SECRET = re.compile(r"pass|secret|token|key|credential", re.I)
@@ -55,16 +62,21 @@ def check_variable(key: str, value: Any) -> None:
         raise ValueError(f"{key[:60]!r} is not a variable name")
     if key in OWN_VARS:
         raise ValueError(f"{key}: the roll-out sets this variable itself for each wave")
+    if key in GATE_VARS:
+        raise ValueError(f"{key}: would change which hosts a wave reaches or what its gate checks; set it in the "
+                         "inventory (or with the roll-out's options), where the plan shows it")
     if _SECRET.search(key):
         raise ValueError(f"{key}: looks like a secret; a roll-out records its variables in its state file to "
                          "resume with them (keep secrets in the inventory, with ansible-vault)")
     for item in value if isinstance(value, list) else [value]:
         if isinstance(item, str) and _TEMPLATE.search(item):
             raise ValueError(f"{key}: the value is a Jinja template; vgpu passes only literal values")
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ValueError(f"{key}: {item} is not a finite number")
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
 
 class Spec(_Model):
@@ -72,6 +84,7 @@ class Spec(_Model):
 
     inventory: str = Field(max_length=4096)
     inventory_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    inventory_view_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")  # as Ansible resolves it (group_vars, host_vars)
     profile: str = Field(max_length=128)
     guest_profile: str | None = Field(default=None, max_length=128)
     hosts_pattern: str = Field(max_length=1024)
@@ -83,6 +96,7 @@ class Spec(_Model):
     baseline_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     thresholds: dict[str, float] = Field(default_factory=dict, max_length=64)
     guest_stack: bool = False
+    allow_unvalidated: bool = False
     extra_vars: dict[str, Union[Scalar, list[Scalar]]] = Field(default_factory=dict, max_length=128)
 
     @field_validator("profile", "guest_profile", "hosts_pattern", "guests_pattern", "inventory", "baseline")
@@ -173,6 +187,21 @@ class Rollout(_Model):
         if set(self.hosts) != seen:
             extra = sorted(set(self.hosts) - seen)[0]
             raise InputError(f"{source}: host {extra[:80]!r} is recorded but in no wave")
+        if self.spec.canary and list(self.spec.canary) != list(self.waves[0].hosts):
+            raise InputError(f"{source}: the canary wave is not the spec's canary hosts")
+        owner: dict[str, str] = {}
+        for h, rec in self.hosts.items():
+            for g in rec.guests:
+                if owner.setdefault(g, h) != h:
+                    raise InputError(f"{source}: guest {g[:80]!r} is recorded on two hosts")
+        for wave in self.waves:  # a wave's state and its hosts' must agree: a resume trusts both
+            states = {self.hosts[h].state for h in wave.hosts}
+            allowed = {"passed": {"done", "failed"}, "pending": {"not_started"},
+                       "failed": {"done", "failed", "not_started", "in_progress"},
+                       "running": {"done", "failed", "not_started", "in_progress"}}[wave.state]
+            if not states <= allowed or (wave.state == "passed" and "done" not in states):
+                raise InputError(f"{source}: {wave.label} is {wave.state} but its hosts are "
+                                 f"{', '.join(sorted(states))}")
 
 
 def schema_text() -> str:
@@ -201,8 +230,11 @@ class StateDir:
         return self.file.exists() or self.file.is_symlink()
 
     def check_new(self) -> None:
-        """Before a new roll-out writes anything: the directory is new or an empty directory of ours to use,
-        not a symlink, and holds no roll-out yet. Raises InputError."""
+        """Before a new roll-out writes anything: the directory is new, or an empty directory this user owns that
+        nobody else may write into (a roll-out runs what its state file says: nobody else may write it), not a
+        symlink, holds no roll-out yet. Raises InputError."""
+        if not str(self.path).strip() or str(self.path) in (".", "/"):
+            raise InputError(f"state directory {str(self.path)!r}: give a directory of its own, e.g. rollout-rocm70")
         try:
             st = os.lstat(self.path)
         except FileNotFoundError:
@@ -222,6 +254,19 @@ class StateDir:
         if self.exists():
             raise InputError(f"a roll-out is already recorded in {self.path}",
                              hint=f"vgpu rollout resume --state-dir {self.path} (or another --state-dir for a new one)")
+        if any(self.path.iterdir()):
+            raise InputError(f"state directory {self.path} is not empty; a roll-out takes a directory of its own",
+                             hint="give a new directory: vgpu creates it")
+        self._check_trusted(st, self.path, "state directory")
+
+    @staticmethod
+    def _check_trusted(st: os.stat_result, path: Path, what: str) -> None:
+        if st.st_uid != os.geteuid():
+            raise InputError(f"{what} {path} belongs to uid {st.st_uid}, not to this user (uid {os.geteuid()}); "
+                             "a roll-out runs what its state says, so only its owner may write it")
+        if st.st_mode & 0o022:
+            raise InputError(f"{what} {path} is writable by others (mode {stat.S_IMODE(st.st_mode):04o}); a roll-out "
+                             "runs what its state says, so only its owner may write it", hint=f"chmod go-w {path}")
 
     def create(self) -> None:
         try:
@@ -234,10 +279,21 @@ class StateDir:
         """One run per state directory (a second `run`/`resume` gets exit 7 at once)."""
         from vgpu.executor import host_lock
 
-        with host_lock(self.path, timeout=0.0, what=f"the roll-out in {self.path}"):
-            yield
+        from vgpu.errors import HostError
 
-    def load(self) -> Rollout:
+        held = host_lock(self.path, timeout=0.0, what=f"the roll-out in {self.path}")
+        try:
+            held.__enter__()
+        except HostError as exc:  # the lock file itself: a state directory problem, nothing ran
+            raise InputError(exc.message.replace("host lock", "roll-out lock"), hint=exc.hint) from None
+        try:
+            yield
+        finally:
+            held.__exit__(None, None, None)
+
+    def load(self, *, trusted: bool = True) -> Rollout:
+        """The recorded roll-out. ``trusted`` (run, resume: it will be acted on): the directory and the file must be
+        this user's and writable by nobody else, neither a symlink."""
         source = f"roll-out state {self.file}"
         if not self.path.is_dir():
             raise InputError(f"no roll-out in {self.path}: not a directory",
@@ -245,6 +301,13 @@ class StateDir:
         if not self.exists():
             raise InputError(f"no roll-out in {self.path}: {STATE_NAME} is missing",
                              hint="give the --state-dir a `vgpu rollout run` wrote")
+        if trusted:
+            for path, what in ((self.path, "state directory"), (self.file, "roll-out state")):
+                st = os.lstat(path)
+                if stat.S_ISLNK(st.st_mode):
+                    raise InputError(f"{what} {path} is a symbolic link; a roll-out acts only on its own files")
+                if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+                    self._check_trusted(st, path, what)
         data = inputs.load_json(self.file, "roll-out state")
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
             found = data.get("schema") if isinstance(data, dict) else type(data).__name__
@@ -270,5 +333,6 @@ class StateDir:
         except OSError as exc:
             raise inputs.write_error(exc, "roll-out state", self.file) from None
 
-    def wave_dir(self, wave: int) -> Path:
-        return self.path / f"wave-{wave:02d}"
+    def run_dir(self, wave: int, run: int, batch: int = 1) -> Path:
+        """Where one run of a wave keeps its reports (a wave split into batches: one directory per batch)."""
+        return self.path / f"wave-{wave:02d}" / (f"run-{run}" + (f"-batch-{batch}" if batch > 1 else ""))

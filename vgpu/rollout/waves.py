@@ -92,16 +92,20 @@ def plan_waves(hosts: list[str], guests: dict[str, list[str]], *, canary: list[s
     waves = [Wave(1, tuple(first), canary=True)]
     remaining = [h for h in hosts if h not in first]
     warnings: list[str] = []
+    capped: list[int] = []
     i = 0
     while remaining:
         want = resolve(rest_sizes[min(i, len(rest_sizes) - 1)], total)
         size = min(want, budget)
         if size < want:
-            warnings.append(f"wave {len(waves) + 1}: serial asks for {want} hosts, capped at {budget} by "
-                            f"--max-unavailable {max_unavailable}")
+            capped.append(len(waves) + 1)
         waves.append(Wave(len(waves) + 1, tuple(remaining[:size])))
         remaining = remaining[size:]
         i += 1
+    if capped:
+        warnings.append(f"{len(capped)} wave(s) capped at {budget} hosts by --max-unavailable {max_unavailable} "
+                        f"(--serial asks for more): wave {', '.join(map(str, capped[:6]))}"
+                        + (" ..." if len(capped) > 6 else ""))
     for w in waves:
         for h in w.hosts:
             if not guests.get(h):
@@ -121,8 +125,11 @@ def guests_by_host(hosts: list[str], guest_vars: dict[str, dict], *, key: str = 
         host = hv.get(key)
         if host is None:
             warnings.append(f"guest {guest} has no {key} variable: the roll-out does not validate it")
-        elif not isinstance(host, str) or host not in out:
-            warnings.append(f"guest {guest}: {key} {str(host)[:80]!r} is not a host of the roll-out: not validated")
+        elif not isinstance(host, str) or not _NAME.match(host) or host in ("all", "ungrouped"):
+            raise InputError(f"guest {guest}: {key} {str(host)[:80]!r} is not a host name (a literal inventory "
+                             "host name, not a list, number or template)")
+        elif host not in out:
+            warnings.append(f"guest {guest}: {key} {host} is not a host of this roll-out: not validated by it")
         else:
             out[host].append(guest)
     return out, warnings
