@@ -135,3 +135,32 @@ def test_a_failed_upload_is_that_guests_agent_error_and_the_others_pass(tmp_path
         assert "could not stage the agent" in by["g-bad"]["detail"] and "cannot create" in by["g-bad"]["detail"]
     finally:
         server.stop()
+
+
+def test_a_staged_run_gets_its_files_byte_for_byte_and_an_idle_connection_polls_rarely(tmp_path, sshd, client_key):
+    """run_in_private_dir directly: binary files arrive whole in a 0700 directory that is gone afterwards, and
+    the connection's reader thread wakes at most 2x a second while the command runs (not 10x, paramiko's
+    default: with hundreds of guests waiting minutes for their agents, that polling was the controller's
+    main cost)."""
+    from vgpu.guest.transport import WORKDIR, Endpoint, KnownHosts, SshTransport, Timeouts
+
+    kh = tmp_path / "known_hosts"
+    kh.write_text(sshd.host_key_line)
+    session = SshTransport(KnownHosts(kh)).open(Endpoint(sshd.address, sshd.port, "root", client_key), Timeouts())
+    try:
+        assert session._client.get_transport().sock.gettimeout() >= 0.5
+        blob, small = os.urandom(300_000), b'{"x": 1}'
+        result = session.run_in_private_dir(
+            [("blob", blob), ("small.json", small)],
+            ["sh", "-c", 'echo "$0 $A"; stat -c "%a %s" "$0" "$0/blob" "$0/small.json"; cat "$0/blob"', WORKDIR],
+            env={"A": "b c"}, timeout=30)
+    finally:
+        session.close()
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.split(b"\n", 4)
+    workdir, env_value = lines[0].decode().split(" ", 1)
+    assert workdir.startswith("/tmp/vgpu-agent-") and env_value == "b c"
+    (dir_mode, _), *files = [line.decode().split() for line in lines[1:4]]
+    assert dir_mode == "700" and files == [["600", str(len(blob))], ["600", str(len(small))]]
+    assert lines[4] == blob
+    assert not Path(workdir).exists()
