@@ -79,7 +79,7 @@ def run(inventory, profile, guest_profile, state_dir, hosts_pattern, guests_patt
     state = P.new_rollout(prep)  # every check passed: only now is the directory made
     store.create()
     with store.lock():
-        store.check_new()  # a second `run` that raced this one for the directory
+        store.check_unclaimed()  # a second `run` that raced this one for the directory
         store.save(state)
         return _execute(store, state, prep.baseline, as_json, skip_failed=False)
 

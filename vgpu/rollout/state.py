@@ -268,6 +268,12 @@ class StateDir:
             raise InputError(f"{what} {path} is writable by others (mode {stat.S_IMODE(st.st_mode):04o}); a roll-out "
                              "runs what its state says, so only its owner may write it", hint=f"chmod go-w {path}")
 
+    def check_unclaimed(self) -> None:
+        """Under the lock, after ``create``: no other `run` recorded a roll-out here in the meantime."""
+        if self.exists():
+            raise InputError(f"a roll-out is already recorded in {self.path}",
+                             hint=f"vgpu rollout resume --state-dir {self.path} (or another --state-dir for a new one)")
+
     def create(self) -> None:
         try:
             self.path.mkdir(mode=0o700, exist_ok=True)
