@@ -121,13 +121,14 @@ def main() -> None:
     report(result, args.record, "startup")
     width = max(len(n) for n in cmds)
     head = f"{'command':<{width}}  wall best  median   cpu best  median"
-    print(head + ("   | baseline wall best  median" if base_env else ""), file=sys.stderr)
+    print(head + ("   | baseline: wall best  median   cpu best  median" if base_env else ""), file=sys.stderr)
     for n, r in result["commands"].items():
         line = (f"{n:<{width}}  {r['wall_best_s']:8.3f}  {r['wall_median_s']:6.3f}   {r['cpu_best_s']:8.3f}  "
                 f"{r['cpu_median_s']:6.3f}")
         if base_env:
             b = result["baseline"][n]
-            line += f"   |          {b['wall_best_s']:8.3f}  {b['wall_median_s']:6.3f}"
+            line += (f"   |           {b['wall_best_s']:8.3f}  {b['wall_median_s']:6.3f}   "
+                     f"{b['cpu_best_s']:8.3f}  {b['cpu_median_s']:6.3f}")
         print(line, file=sys.stderr)
 
 

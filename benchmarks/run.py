@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`make bench`: run the host-side benchmarks (discovery, plan/provision) and record their results.
+"""`make bench`: run the host-side benchmarks (discovery, plan, snapshot, start-up) and record their results.
 
 The validate fan-out benchmark needs a running sshd and ansible and takes minutes; run it on its own
 (see benchmarks/README.md). Pass --all to include it here.
@@ -21,7 +21,7 @@ def main() -> int:
     ap.add_argument("--no-record", action="store_true", help="print the results without recording them")
     args = ap.parse_args()
     record = [] if args.no_record else ["--record"]
-    runs = [["bench_discovery.py"], ["bench_plan.py"], ["bench_snapshot.py"]]
+    runs = [["bench_discovery.py"], ["bench_plan.py"], ["bench_snapshot.py"], ["bench_startup.py"]]
     if args.all:
         runs.append(["validate_fanout.py", "--guests", "32", "--concurrency", "8", "--repeat", "3"])
     failed = 0
