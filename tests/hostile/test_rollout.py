@@ -72,7 +72,8 @@ def area(tmp_path) -> Path:
     return tmp_path
 
 
-STATE_NEEDLE = {"fifo": "FIFO", "dev-zero": "symbolic link",  # a link to /dev/zero: resume trusts no link "directory": "a directory, not a regular file",
+# dev-zero is a link to /dev/zero: resume trusts no link
+STATE_NEEDLE = {"fifo": "FIFO", "dev-zero": "symbolic link", "directory": "a directory, not a regular file",
                 "over-cap": "16 MiB", "nul": "binary data", "bad-utf8": "not UTF-8", "deep": "deeper than 64",
                 "wrong-shape": "schema 'list'"}
 
