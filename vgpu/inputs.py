@@ -277,6 +277,14 @@ def yaml_problem(exc: Any) -> str:  # a yaml.MarkedYAMLError
     return f"{where}not valid YAML ({problem})"
 
 
+def validation_problem(exc: Any, *, limit: int | None = None) -> str:
+    """The first problem of a pydantic ValidationError as "where: what" (``where`` the dotted path of the
+    field, "top level" for the document), each part cut at ``limit`` characters when given."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "top level"
+    return f"{where[:limit]}: {err['msg'][:limit]}"
+
+
 def output_target(path: Path | str, what: str) -> Path | None:
     """Check an ``-o PATH`` before anything is written: None for ``-`` (stdout), else the path.
 

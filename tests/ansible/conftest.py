@@ -173,3 +173,18 @@ def run_play(ansible_env, fake_bin, tmp_path):
             hosts: dict[str, dict] | None = None, diff: bool = False) -> PlayResult:
         return run_playbook(ansible_env, tmp_path / "play", fake_bin, playbook, extra, check, hosts, diff)
     return run
+
+
+def signal_at_pause(proc: subprocess.Popen, pause: Path, signum: int, *, timeout: float = 120) -> tuple[str, str]:
+    """Send ``signum`` to ``proc`` while the simulator holds a step (VGPU_SIM_PAUSE_AT with VGPU_SIM_PAUSE_DIR=pause),
+    then let the step finish; returns the process's stdout and stderr once it has exited."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not (pause / "ready").exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    assert (pause / "ready").exists(), proc.communicate(timeout=60)
+    proc.send_signal(signum)
+    time.sleep(1)
+    (pause / "go").write_text("")  # the paused step finishes: vgpu then sees the signal and rolls back
+    return proc.communicate(timeout=180)

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 import yaml
 
-from conftest import REPO, VENV_BIN
+from conftest import REPO, VENV_BIN, signal_at_pause
 
 VGPU = str(VENV_BIN / "vgpu")
 SCHEMA = json.loads((REPO / "vgpu" / "schemas" / "playbook-run-v1.json").read_text())
@@ -140,14 +140,7 @@ def test_sigterm_mid_provision_rolls_the_host_back_and_exits_143(tmp_path):
     env.update(VGPU_SIM_PAUSE_AT="2:after", VGPU_SIM_PAUSE_DIR=str(pause))  # the simulator's test hook
     proc = subprocess.Popen([VGPU, "playbook", "run", "provision", "-i", str(inv), *extra], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not (pause / "ready").exists() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.1)
-    assert (pause / "ready").exists(), proc.communicate(timeout=60)
-    proc.send_signal(signal.SIGTERM)
-    time.sleep(1)
-    (pause / "go").write_text("")  # let the paused step finish: vgpu then sees the signal and rolls back
-    out, err = proc.communicate(timeout=180)
+    out, err = signal_at_pause(proc, pause, signal.SIGTERM)
     assert proc.returncode == 143, out + err
     assert "interrupted by SIGTERM" in err
     assert not _ansible_playbook_left(), "ansible-playbook outlived vgpu"

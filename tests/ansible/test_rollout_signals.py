@@ -9,12 +9,11 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import yaml
 
-from conftest import VENV_BIN
+from conftest import VENV_BIN, signal_at_pause
 
 VGPU = str(VENV_BIN / "vgpu")
 
@@ -49,14 +48,7 @@ def test_sigterm_mid_canary_is_recorded_and_resume_finishes_the_rollout(tmp_path
             "-e", f"provision_executable={VGPU}", "-e", "provision_simulate=true"]
     proc = subprocess.Popen(argv, cwd=tmp_path, env=env(VGPU_SIM_PAUSE_AT="2:after", VGPU_SIM_PAUSE_DIR=str(pause)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not (pause / "ready").exists() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.1)
-    assert (pause / "ready").exists(), proc.communicate(timeout=60)
-    proc.send_signal(signal.SIGTERM)
-    time.sleep(1)
-    (pause / "go").write_text("")
-    out, err = proc.communicate(timeout=180)
+    out, err = signal_at_pause(proc, pause, signal.SIGTERM)
     assert proc.returncode == 143, out + err
     assert "interrupted by SIGTERM" in err and "kvm-a (canary) has no guests" in err
     state = json.loads((state_dir / "state.json").read_text())

@@ -7,6 +7,7 @@ fixture's finalizer. ``client_key`` is the key the servers accept; ``stranger_ke
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -166,3 +167,53 @@ def silent_listener():
     for conn in held:
         conn.close()
     sock.close()
+
+
+def _ip(*args: str, ns: str | None = None) -> None:
+    cmd = (["ip", "netns", "exec", ns, "ip"] if ns else ["ip"]) + list(args)
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+
+
+@pytest.fixture
+def sshd_namespaces(ssh_dir):
+    """``with sshd_namespaces(names, letter=, first=, base_dir=) as (client, servers)``: an sshd (port 22) in its
+    own network namespace per name, at 10.77.0.(first + i), each on a bridge (10.77.0.1) in a client namespace
+    from which vgpu runs; nothing is added to the machine's own namespace, so nothing can collide with its routes.
+    ``servers`` maps each name to its Sshd. ``letter`` keeps namespace and link names of different tests apart.
+    Skips where namespaces cannot be made; servers and namespaces (veths, bridge) go when the block ends."""
+
+    @contextlib.contextmanager
+    def make(names: list[str], *, letter: str, first: int, base_dir: Path):
+        tag = str(os.getpid() % 100000)
+        client = f"vgpu-{letter}c-{tag}"
+        try:
+            _ip("netns", "add", client)
+        except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+            pytest.skip(f"cannot create network namespaces here ({getattr(exc, 'stderr', exc)!s}".strip() + ")")
+        made, servers = [client], {}
+        try:
+            _ip("link", "set", "lo", "up", ns=client)
+            _ip("link", "add", "br0", "type", "bridge", ns=client)
+            _ip("addr", "add", "10.77.0.1/24", "dev", "br0", ns=client)
+            _ip("link", "set", "br0", "up", ns=client)
+            for i, name in enumerate(names, start=1):
+                ns, address = f"vgpu-{letter}{i}-{tag}", f"10.77.0.{first + i}"
+                _ip("netns", "add", ns)
+                made.append(ns)
+                outer, inner = f"v{letter}{tag}{i}h", f"v{letter}{tag}{i}g"
+                _ip("link", "add", outer, "netns", client, "type", "veth", "peer", "name", inner, "netns", ns)
+                _ip("link", "set", outer, "master", "br0", "up", ns=client)
+                _ip("link", "set", "lo", "up", ns=ns)
+                _ip("link", "set", inner, "name", "eth0", ns=ns)
+                _ip("addr", "add", f"{address}/24", "dev", "eth0", ns=ns)
+                _ip("link", "set", "eth0", "up", ns=ns)
+                servers[name] = start_sshd(base_dir / name, ssh_dir / "authorized_keys", address=address, port=22,
+                                           netns=ns)
+            yield client, servers
+        finally:
+            for server in servers.values():
+                server.stop()
+            for ns in reversed(made):  # deleting a namespace deletes its veth ends and the bridge
+                subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True)
+
+    return make

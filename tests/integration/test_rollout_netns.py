@@ -29,50 +29,14 @@ GUESTS = {"vm-1": "kvm-1", "vm-2": "kvm-2", "vm-3": "kvm-3"}
 PROFILE = "mi300x-1vf"  # what the simulated guests present: one whole-GPU VF (SPX/NPS1)
 
 
-def ip(*args: str, ns: str | None = None) -> None:
-    cmd = (["ip", "netns", "exec", ns, "ip"] if ns else ["ip"]) + list(args)
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-
-
 @pytest.fixture
-def fleet(tmp_path, ssh_dir, sshd_starter):
-    """Six namespaces with an sshd each on a bridge in a client namespace (10.77.0.0/24 never touches the
-    machine's own network namespace): yields (client namespace, {name: address})."""
+def fleet(tmp_path, sshd_namespaces):
+    """Six namespaces with an sshd each (conftest.sshd_namespaces): yields (client namespace, {name: address})."""
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
-    tag = str(os.getpid() % 100000)
-    client = f"vgpu-rc-{tag}"
-    try:
-        ip("netns", "add", client)
-    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
-        pytest.skip(f"cannot create network namespaces here ({getattr(exc, 'stderr', exc)!s}".strip() + ")")
-    made, servers, addresses = [client], [], {}
-    try:
-        ip("link", "set", "lo", "up", ns=client)
-        ip("link", "add", "br0", "type", "bridge", ns=client)
-        ip("addr", "add", "10.77.0.1/24", "dev", "br0", ns=client)
-        ip("link", "set", "br0", "up", ns=client)
-        for i, name in enumerate([*HOSTS, *GUESTS], start=1):
-            ns, address = f"vgpu-r{i}-{tag}", f"10.77.0.{20 + i}"
-            ip("netns", "add", ns)
-            made.append(ns)
-            outer, inner = f"vgr{tag}{i}h", f"vgr{tag}{i}g"
-            ip("link", "add", outer, "netns", client, "type", "veth", "peer", "name", inner, "netns", ns)
-            ip("link", "set", outer, "master", "br0", "up", ns=client)
-            ip("link", "set", "lo", "up", ns=ns)
-            ip("link", "set", inner, "name", "eth0", ns=ns)
-            ip("addr", "add", f"{address}/24", "dev", "eth0", ns=ns)
-            ip("link", "set", "eth0", "up", ns=ns)
-            servers.append(sshd_starter(tmp_path / "sshd" / name, ssh_dir / "authorized_keys", address=address,
-                                        port=22, netns=ns))
-            addresses[name] = address
-        (tmp_path / "known_hosts").write_text("".join(s.host_key_line for s in servers))
-        yield client, addresses
-    finally:
-        for server in servers:
-            server.stop()
-        for ns in reversed(made):
-            subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True)
+    with sshd_namespaces([*HOSTS, *GUESTS], letter="r", first=20, base_dir=tmp_path / "sshd") as (client, servers):
+        (tmp_path / "known_hosts").write_text("".join(s.host_key_line for s in servers.values()))
+        yield client, {name: s.address for name, s in servers.items()}
 
 
 def vgpu(client: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -9,7 +9,6 @@ machine's routes. Namespaces and daemons are removed in the fixture's finalizer.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,44 +28,11 @@ GUESTS = 3
 ABSENT = "10.77.0.99"  # on the bridge's subnet, but nobody answers ARP for it
 
 
-def ip(*args: str, ns: str | None = None) -> None:
-    cmd = (["ip", "netns", "exec", ns, "ip"] if ns else ["ip"]) + list(args)
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-
-
 @pytest.fixture
-def netns_guests(tmp_path, ssh_dir, sshd_starter):
-    tag = str(os.getpid() % 100000)
-    client = f"vgpu-c-{tag}"
-    try:
-        ip("netns", "add", client)
-    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
-        pytest.skip(f"cannot create network namespaces here ({getattr(exc, 'stderr', exc)!s}".strip() + ")")
-    made, servers = [client], []
-    try:
-        ip("link", "set", "lo", "up", ns=client)
-        ip("link", "add", "br0", "type", "bridge", ns=client)
-        ip("addr", "add", "10.77.0.1/24", "dev", "br0", ns=client)
-        ip("link", "set", "br0", "up", ns=client)
-        for i in range(1, GUESTS + 1):
-            ns, address = f"vgpu-g{i}-{tag}", f"10.77.0.{10 + i}"
-            ip("netns", "add", ns)
-            made.append(ns)
-            host_end, guest_end = f"vgv{tag}{i}h", f"vgv{tag}{i}g"
-            ip("link", "add", host_end, "netns", client, "type", "veth", "peer", "name", guest_end, "netns", ns)
-            ip("link", "set", host_end, "master", "br0", "up", ns=client)
-            ip("link", "set", "lo", "up", ns=ns)
-            ip("link", "set", guest_end, "name", "eth0", ns=ns)
-            ip("addr", "add", f"{address}/24", "dev", "eth0", ns=ns)
-            ip("link", "set", "eth0", "up", ns=ns)
-            servers.append(sshd_starter(tmp_path / ns, ssh_dir / "authorized_keys", address=address, port=22,
-                                      netns=ns))
-        yield client, servers
-    finally:
-        for server in servers:
-            server.stop()
-        for ns in reversed(made):  # deleting a namespace deletes its veth ends and the bridge
-            subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True)
+def netns_guests(tmp_path, sshd_namespaces):
+    with sshd_namespaces([f"g{i}" for i in range(1, GUESTS + 1)], letter="g", first=10, base_dir=tmp_path) as (
+            client, servers):
+        yield client, list(servers.values())
 
 
 def test_guests_in_network_namespaces_are_validated_and_an_absent_one_is_unreachable(

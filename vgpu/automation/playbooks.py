@@ -25,8 +25,8 @@ from vgpu.automation.inventory import Inventory, ansible_tool, read_inventory, s
 from vgpu.errors import ExitCode, InputError, InterruptedRun, VgpuError
 
 SCHEMA = "vgpu.playbook-run/v1"
-_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-_SECRET = re.compile(r"pass|secret|token|key|credential", re.I)
+VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # an Ansible variable vgpu passes
+SECRET_NAME = re.compile(r"pass|secret|token|key|credential", re.I)  # one whose value is never shown or kept
 REDACTED = "<redacted>"
 
 
@@ -64,7 +64,7 @@ def parse_extra_vars(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not _KEY.match(key):
+        if not sep or not VARIABLE_NAME.match(key):
             raise InputError(f"--extra-vars {item.split('=')[0][:60]!r}: expected KEY=VALUE with KEY a variable "
                              "name (letters, digits, _)")
         if "{{" in value or "{%" in value:
@@ -82,7 +82,7 @@ def parse_extra_vars(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
 
 
 def redact(extra: dict[str, Any]) -> dict[str, Any]:
-    return {k: (REDACTED if _SECRET.search(k) else v) for k, v in extra.items()}
+    return {k: (REDACTED if SECRET_NAME.search(k) else v) for k, v in extra.items()}
 
 
 @dataclass

@@ -102,9 +102,7 @@ def parse_guests_file(text: str, *, source: str, base_dir: Path) -> list[Target]
     try:
         spec = _GuestsFile.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "top level"
-        raise InputError(f"guests file {source}: {where}: {err['msg']}",
+        raise InputError(f"guests file {source}: {inputs.validation_problem(exc)}",
                          hint="see docs/validate.md for the guests file format") from None
     fields = ("host", "port", "user", "identity", "profile", "expect", "env", "python", "skip_workloads")
     targets = []

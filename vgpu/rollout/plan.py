@@ -138,9 +138,7 @@ def prepare(req: Request) -> Prepared:
                     baseline_sha256=base_sha, thresholds=thresholds, guest_stack=req.guest_stack,
                     allow_unvalidated=req.allow_unvalidated, extra_vars=dict(req.extra_vars))
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise InputError(f"roll-out {where}: {err['msg'][:200]}") from None
+        raise InputError(f"roll-out {inputs.validation_problem(exc, limit=200)}") from None
     return Prepared(spec, plan, baseline)
 
 

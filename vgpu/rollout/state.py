@@ -50,22 +50,22 @@ GATE_VARS = frozenset({"inventory_hostname", "vgpu_host", "vgpu_guest_profile", 
                        "validate_sim_scenarios", "ansible_host", "ansible_port", "ansible_connection",
                        "ansible_ssh_host", "ansible_ssh_port", "ansible_limit"})
 _TEMPLATE = re.compile(r"\{\{|\{%|\{#")
-_VAR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-_SECRET = re.compile(r"pass|secret|token|key|credential", re.I)
 
 
 def check_variable(key: str, value: Any) -> None:
     """A variable the roll-out passes to every playbook (from -e, or back from the state file): a plain name
     that is not the roll-out's own or a secret, and literal values (Ansible would run a template on the
     controller). Raises ValueError."""
-    if not _VAR.match(key):
+    from vgpu.automation.playbooks import SECRET_NAME, VARIABLE_NAME
+
+    if not VARIABLE_NAME.match(key):
         raise ValueError(f"{key[:60]!r} is not a variable name")
     if key in OWN_VARS:
         raise ValueError(f"{key}: the roll-out sets this variable itself for each wave")
     if key in GATE_VARS:
         raise ValueError(f"{key}: would change which hosts a wave reaches or what its gate checks; set it in the "
                          "inventory (or with the roll-out's options), where the plan shows it")
-    if _SECRET.search(key):
+    if SECRET_NAME.search(key):
         raise ValueError(f"{key}: looks like a secret; a roll-out records its variables in its state file to "
                          "resume with them (keep secrets in the inventory, with ansible-vault)")
     for item in value if isinstance(value, list) else [value]:
@@ -321,9 +321,7 @@ class StateDir:
         try:
             rollout = Rollout.model_validate(data)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"]) or "top level"
-            raise InputError(f"{source}: {where[:200]}: {err['msg'][:200]}",
+            raise InputError(f"{source}: {inputs.validation_problem(exc, limit=200)}",
                              hint="the file is vgpu's record of a roll-out; restore it or start a new roll-out") \
                 from None
         rollout.check(source)
