@@ -47,6 +47,12 @@ class InputError(VgpuError):
     exit_code = ExitCode.BAD_INPUT
 
 
+class UsageError(VgpuError):
+    """A command-line value vgpu checks itself, as click does its own: exit 2, nothing was done."""
+
+    exit_code = ExitCode.USAGE
+
+
 class HostError(VgpuError):
     """The host (sysfs, modules, drivers) did not behave as expected."""
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from vgpu.guest.report.compare import CHECK_NAMES
+
 from .conftest import Watch, assert_refused, vgpu
 from .test_outside_files import HOW, hostile
 
@@ -238,7 +240,8 @@ BAD_RUNS = {
     "gate-var-baseline": (["-e", "validate_baseline=/dev/null"], "validate_baseline"),
     "infinite-var": (["-e", "x=.inf"], "not a finite number"),
     "profile-file": (["--profile", "./mine.yaml"], "shipped profiles by name"),
-    "many-thresholds": ([a for i in range(70) for a in ("--threshold", f"c{i}=1")], "thresholds"),
+    "many-thresholds": ([a for p in sorted({n[:k] for n in CHECK_NAMES for k in range(1, len(n) + 1)})[:70]
+                         for a in ("--threshold", f"{p}=1")], "thresholds"),  # 70 distinct prefixes of checks
 }
 
 
@@ -258,6 +261,17 @@ def test_a_bad_run_is_refused_before_anything_is_written(area, case):
     proc = run(*argv)
     assert_refused(proc, 5, needle)
     assert "hunter2" not in proc.stdout + proc.stderr
+    assert not (area / "rollout").exists()
+    watch.unchanged()
+
+
+@pytest.mark.parametrize("bad", ["fp9=3", "c0=1"])
+def test_a_threshold_for_no_known_check_is_a_usage_error_before_anything_is_written(area, bad):
+    watch = Watch(area)
+    proc = run(*run_args(area, "--threshold", "fp8=3", "--threshold", bad))
+    line = assert_refused(proc, 2, f"--threshold {bad!r}: no check is named {bad.partition('=')[0]!r}",
+                          "the checks: " + ", ".join(CHECK_NAMES))
+    assert proc.stderr == line + "\n"  # one line, no hint
     assert not (area / "rollout").exists()
     watch.unchanged()
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from vgpu.errors import InputError
+from vgpu.errors import InputError, UsageError
 from vgpu.guest.agent.result import CheckResult
-from vgpu.guest.report.compare import compare, parse_thresholds
+from vgpu.guest.report.compare import CHECK_NAMES, DEFAULT_THRESHOLDS, compare, parse_thresholds
 from vgpu.guest.report.model import GuestReport, Outcome, ValidationReport
 
 
@@ -55,3 +55,43 @@ def test_longest_prefix_wins_and_times_are_lower_is_better():
 def test_malformed_thresholds_are_refused(bad):
     with pytest.raises(InputError):
         parse_thresholds((bad,))
+
+
+@pytest.mark.parametrize("unknown", ["fp9=3", "c0=1", "FP8=3", "hip.bandwidthx=1", "fp8.hipblaslt.verify.x=1"])
+def test_a_threshold_for_no_known_check_is_a_usage_error_naming_it_and_the_checks(unknown):
+    with pytest.raises(UsageError) as caught:
+        parse_thresholds(("fp8=3", unknown))  # a good one first: the bad one still stops it all
+    assert caught.value.exit_code == 2
+    key = unknown.partition("=")[0]
+    assert f"no check is named {key!r} or starts with it" in caught.value.message
+    assert caught.value.message.endswith("the checks: " + ", ".join(CHECK_NAMES))
+    assert "\n" not in caught.value.message and caught.value.hint is None  # one line
+
+
+def test_every_check_name_and_prefix_of_one_is_accepted():
+    prefixes = {n[:k] for n in CHECK_NAMES for k in range(1, len(n) + 1)} | set(DEFAULT_THRESHOLDS)
+    limits = parse_thresholds(tuple(f"{p}=7" for p in sorted(prefixes)))
+    assert limits == {p: 7.0 for p in prefixes}
+    assert parse_thresholds(()) == DEFAULT_THRESHOLDS  # nothing given: the defaults, unchanged
+
+
+def test_the_known_check_names_are_exactly_those_the_agent_reports():
+    """Every name the agent's sources give a check result (result/against/error/skip and the helpers that pass a
+    name on, the tuples of names a loop reports): a new or renamed check must be added to CHECK_NAMES."""
+    import ast
+    from pathlib import Path
+
+    import vgpu.guest.agent as agent
+
+    reporters = {"result", "against", "error", "skip", "_cu_result", "_vram_result"}
+    found = set()
+    for path in Path(agent.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and node.args and getattr(node.func, "id", None) in reporters:
+                if isinstance(node.args[0], ast.Constant):
+                    found.add(node.args[0].value)
+            elif isinstance(node, ast.Assign) and any(getattr(t, "id", "") in ("HIP_CHECKS", "WORKLOAD_NAMES")
+                                                      for t in node.targets):
+                found |= {e.value for e in node.value.elts}
+    assert found == set(CHECK_NAMES)
+    assert all(any(n.startswith(p) for n in CHECK_NAMES) for p in DEFAULT_THRESHOLDS)

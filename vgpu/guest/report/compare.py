@@ -13,12 +13,18 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from vgpu.errors import InputError
+from vgpu.errors import InputError, UsageError
 
 COMPARE_SCHEMA = "vgpu.report-compare/v1"
 # A measurement of a check whose name starts with the prefix regresses when it moves against its direction by
 # more than this percentage. Throughput: higher is better; time: lower is better. The longest prefix wins.
 DEFAULT_THRESHOLDS: dict[str, float] = {"fp8": 5.0, "bf16": 5.0, "hip.bandwidth": 5.0, "rocminfo": 0.0}
+# Every check the guest agent reports (vgpu/guest/agent; a unit test keeps the two in step): a --threshold
+# prefix must start at least one of them, or it would silently judge nothing.
+CHECK_NAMES = ("amdsmi.partition", "amdsmi.static", "bf16.hipblaslt", "driver.amdgpu", "driver.dkms", "fp8.hipblaslt",
+               "fp8.hipblaslt.verify", "fp8.torch", "fp8.torch.error", "hip.bandwidth", "hip.compile", "hip.fp8_mfma",
+               "hip.vector_add", "pci.function", "rocm.version", "rocminfo.compute_units", "rocminfo.gfx_target",
+               "rocminfo.vram")
 TIME_THRESHOLD = 25.0  # a check's own run time (compile, workloads): lower is better
 MIN_SECONDS = 0.5  # shorter runs are noise: their times are shown, not judged
 LOWER_IS_BETTER_UNITS = ("s", "seconds", "ms", "mismatches")
@@ -71,7 +77,8 @@ class Comparison:
 
 
 def parse_thresholds(items: tuple[str, ...]) -> dict[str, float]:
-    """``PREFIX=PERCENT`` overrides on top of the defaults. Raises InputError for a malformed one."""
+    """``PREFIX=PERCENT`` overrides on top of the defaults. Raises InputError for a malformed one, UsageError
+    (exit 2) for a prefix no check name starts with."""
     out = dict(DEFAULT_THRESHOLDS)
     for item in items:
         prefix, sep, value = item.partition("=")
@@ -82,6 +89,9 @@ def parse_thresholds(items: tuple[str, ...]) -> dict[str, float]:
         if not sep or not prefix or not math.isfinite(pct) or pct < 0 or pct > 1000:
             raise InputError(f"--threshold {item[:60]!r}: expected CHECK-PREFIX=PERCENT, e.g. fp8=3",
                              hint="defaults: " + ", ".join(f"{k}={v:g}" for k, v in DEFAULT_THRESHOLDS.items()))
+        if not any(name.startswith(prefix) for name in CHECK_NAMES):
+            raise UsageError(f"--threshold {item[:60]!r}: no check is named {prefix[:60]!r} or starts with it; "
+                             f"the checks: {', '.join(CHECK_NAMES)}")
         out[prefix] = pct
     return out
 
