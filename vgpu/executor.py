@@ -77,12 +77,19 @@ def host_lock(state_dir: Path | None, timeout: float = 30.0, *, what: str = "the
                 time.sleep(0.1)
         try:
             os.ftruncate(fd, 0)
-            os.pwrite(fd, f"vgpu pid {os.getpid()} since {time.strftime('%H:%M:%S')}\n".encode(), 0)
+            os.pwrite(fd, f"vgpu pid {os.getpid()} since {_holder_time()}\n".encode(), 0)
         except OSError as exc:  # a full or read-only /var/lib/vgpu
             raise _lock_error(exc, path) from None
         yield
     finally:
         os.close(fd)
+
+
+def _holder_time() -> str:
+    """Now, as the holder line shows when a run took the lock: ISO 8601 with the date and the UTC offset
+    (2026-12-04T09:12:03+00:00), never misread on another day or by someone in another time zone."""
+    from datetime import datetime
+    return datetime.now().astimezone().isoformat(timespec="seconds")
 
 
 def _lock_error(exc: OSError, path: Path) -> HostError:
@@ -94,7 +101,7 @@ def _lock_error(exc: OSError, path: Path) -> HostError:
 
 
 def lock_holder(state_dir: Path | None) -> str | None:
-    """Who holds the host lock right now ("vgpu pid N since ..."), or None when nobody does."""
+    """Who holds the host lock right now ("vgpu pid N since <ISO 8601 time>"), or None when nobody does."""
     if state_dir is None:
         return None
     try:
@@ -117,7 +124,8 @@ def lock_holder(state_dir: Path | None) -> str | None:
 
 
 def _holder(fd: int) -> str:
-    """What the run holding the lock wrote into it: "vgpu pid N since HH:MM:SS" ("" if nothing)."""
+    """What the run holding the lock wrote into it: "vgpu pid N since 2026-12-04T09:12:03+00:00" ("" if
+    nothing; an older vgpu wrote the time of day alone)."""
     return os.pread(fd, 200, 0).decode(errors="replace").strip()
 
 

@@ -227,3 +227,64 @@ def test_attach_refuses_a_function_that_is_not_on_vfio_pci(sim):
     with pytest.raises(ApplyError, match="is not bound to vfio-pci, so it is not attached to VM gpu-vm-00"):
         provision(target, load_profile("mi300x-4vf"), hook=steal)
     assert inventory(host).gpus == before.gpus and hv.definition("gpu-vm-00") == xml
+
+
+ISO_HOLDER = r"vgpu pid (\d+) since (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d)"
+
+
+def holder_time_ok(text: str, pid: int) -> None:
+    """``text`` names the lock holder as pid ``pid`` with a full ISO 8601 time (date, UTC offset) of about now."""
+    import datetime
+    import re
+
+    found = re.search(ISO_HOLDER, text)
+    assert found and int(found.group(1)) == pid, text
+    since = datetime.datetime.fromisoformat(found.group(2))
+    assert since.tzinfo is not None
+    assert abs((datetime.datetime.now(datetime.timezone.utc) - since).total_seconds()) < 120, text
+
+
+def test_the_lock_holder_is_shown_with_an_unambiguous_time_by_provision_and_status(sim, tmp_path):
+    """A real `vgpu provision` paused before its first step holds the host lock: a second provision is refused
+    (exit 7) and status warns, both naming it with the date, time and UTC offset it took the lock; neither changes
+    the host; the first then finishes."""
+    import time
+
+    host = sim()
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    env = dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1", COLUMNS="200", VGPU_SIM_DIR=str(host.state_dir),
+               VGPU_SIM_PAUSE_AT="0:before", VGPU_SIM_PAUSE_DIR=str(pause))
+    first = subprocess.Popen([sys.executable, "-m", "vgpu", "provision", "--profile", "mi300x-4vf", "--yes",
+                              "--simulate"], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (pause / "ready").exists():
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+            time.sleep(0.05)
+        before = _tree(host.state_dir)
+        second = run_cli("provision", "--profile", "mi300x-1vf", "--yes", "--simulate", "--lock-timeout", "0",
+                         sim_dir=host.state_dir)
+        assert second.returncode == 7, second.stderr
+        errors = [ln for ln in second.stderr.splitlines() if ln.startswith("error:")]
+        assert len(errors) == 1 and "locked by vgpu pid" in errors[0], second.stderr
+        holder_time_ok(errors[0], first.pid)
+        status = run_cli("status", "--simulate", sim_dir=host.state_dir)
+        shown = [ln for ln in (status.stdout + status.stderr).splitlines() if "changing this host now" in ln]
+        assert shown, status.stdout + status.stderr
+        for line in shown:  # the verdict on stdout and the warning on stderr
+            holder_time_ok(line, first.pid)
+        as_json = run_cli("status", "--simulate", "--json", sim_dir=host.state_dir)
+        holder_time_ok(as_json.stdout, first.pid)
+        assert _tree(host.state_dir) == before  # neither the refused provision nor status changed anything
+    finally:
+        (pause / "go").touch()
+        out, err = first.communicate(timeout=180)
+    assert first.returncode == 0, out + err
+
+
+def _tree(root) -> dict:
+    """Every file below ``root`` with its content, links with their target."""
+    return {str(p.relative_to(root)): (os.readlink(p) if p.is_symlink() else p.read_bytes() if p.is_file() else None)
+            for p in sorted(root.rglob("*"))}

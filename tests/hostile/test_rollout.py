@@ -213,6 +213,31 @@ def test_a_second_run_on_the_same_state_directory_is_locked_out(area):
         watch.unchanged()
 
 
+def test_the_holder_of_a_roll_out_is_shown_with_its_date_and_utc_offset(area):
+    """The lock a run takes (StateDir.lock, held here by this process): resume is refused and status says a run
+    holds it, both naming it with the full ISO 8601 time it took the lock (date, time, UTC offset); nothing changes."""
+    import datetime
+    import re
+
+    from vgpu.rollout.state import StateDir
+
+    state_dir = area / "rollout"
+    state_dir.mkdir(mode=0o700)
+    (state_dir / "state.json").write_text(json.dumps(valid_doc(area)))
+    with StateDir(state_dir).lock():
+        watch = Watch(area)
+        refused = assert_refused(run("resume", "--state-dir", str(state_dir)), 7, "roll-out in", "locked by vgpu pid")
+        status = run("status", "--state-dir", str(state_dir))
+        shown = [ln for ln in status.stdout.splitlines() if ln.startswith("running now")]
+        assert len(shown) == 1, status.stdout + status.stderr
+        watch.unchanged()
+    for line in (refused, shown[0]):
+        found = re.search(r"vgpu pid (\d+) since (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d)", line)
+        assert found and int(found.group(1)) == os.getpid(), line
+        since = datetime.datetime.fromisoformat(found.group(2))
+        assert abs((datetime.datetime.now(datetime.timezone.utc) - since).total_seconds()) < 120, line
+
+
 def run_args(area: Path, *extra: str) -> list[str]:
     return ["run", "--inventory", str(area / "inventory.yml"), "--profile", "mi300x-1vf",
             "--state-dir", str(area / "rollout"), "--hosts", "gim_hosts", *extra]
