@@ -22,6 +22,7 @@ class ExitCode:
     APPLY_FAILED = 8  # a step failed; applied steps were rolled back
     REMOTE = 9  # unreachable guest/host, host-key refusal
     INTERNAL = 70  # a bug: please report with --debug output
+    HANGUP = 129  # SIGHUP (the terminal or SSH session went away): 128 + 1
     INTERRUPTED = 130  # SIGINT (Ctrl-C): 128 + 2, as shells report it
     TERMINATED = 143  # SIGTERM: 128 + 15
 
@@ -84,8 +85,8 @@ class RemoteError(VgpuError):
 
 
 class InterruptedRun(VgpuError):
-    """SIGINT or SIGTERM: the run stopped at a consistent point (before any change, or after rolling
-    back what it had applied). Exit 130 for SIGINT, 143 for SIGTERM (128 + the signal, as shells do)."""
+    """SIGINT, SIGTERM or SIGHUP: the run stopped at a consistent point (before any change, or after rolling
+    back what it had applied). Exit 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP (128 + the signal, as shells do)."""
 
     def __init__(self, message: str, signum: int, *, hint: str | None = None):
         super().__init__(message, hint=hint)

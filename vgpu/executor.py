@@ -264,9 +264,9 @@ class Executor:
 
     def run(self, plan: Plan, baseline: dict[str, str | None],
             verify: Callable[[], None] | None = None) -> Outcome:
-        """Apply every step, then ``verify``; on any failure roll back and raise ApplyError. SIGINT
-        and SIGTERM are deferred while a step runs: the step finishes, then everything applied is
-        rolled back like a failure and InterruptedRun (exit 130 / 143) is raised."""
+        """Apply every step, then ``verify``; on any failure roll back and raise ApplyError. SIGINT,
+        SIGTERM and SIGHUP are deferred while a step runs: the step finishes, then everything applied is
+        rolled back like a failure and InterruptedRun (exit 130 / 143 / 129) is raised."""
         self.ctx.baseline = dict(baseline)
         data = {"schema": JOURNAL_SCHEMA, "pid": os.getpid(), "profile": plan.profile,
                 "steps": len(plan.steps), "baseline": self.ctx.baseline, "entries": []}
@@ -341,7 +341,7 @@ class Executor:
 
 
 class _Signals:
-    received: int | None = None  # the first SIGINT/SIGTERM, None while none came
+    received: int | None = None  # the first SIGINT/SIGTERM/SIGHUP, None while none came
     told = False
 
 
@@ -349,8 +349,9 @@ class _Signals:
 def deferred_signals() -> Iterator[_Signals]:
     """Hold SIGINT and SIGTERM while the host is being changed: they are recorded, not raised, so a
     step is never cut in half and the rollback is never abandoned. A repeated signal is ignored with
-    one notice (SIGKILL still works: the journal tells the next run what to roll back). Outside the
-    main thread, where handlers cannot be installed, signals behave as usual."""
+    one notice (SIGKILL still works: the journal tells the next run what to roll back). SIGHUP (the
+    terminal or SSH session went away) likewise, unless it is ignored (nohup: the run goes on). Outside
+    the main thread, where handlers cannot be installed, signals behave as usual."""
     state = _Signals()
 
     def handler(signum, _frame):
@@ -368,7 +369,9 @@ def deferred_signals() -> Iterator[_Signals]:
             os.write(2, note.encode())
 
     try:
-        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+        held = (signal.SIGINT, signal.SIGTERM) + \
+            ((signal.SIGHUP,) if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL else ())
+        previous = {sig: signal.signal(sig, handler) for sig in held}
     except ValueError:  # not the main thread
         yield state
         return

@@ -2,6 +2,7 @@
 inventory checked by the one inventory reader first; typed per-host results, --json, exit codes, secrets."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -159,4 +160,65 @@ def _ansible_playbook_left(wait: float = 10.0) -> str:
         left = subprocess.run(["pgrep", "-f", "ansible-playbook.*vgpu-playbook-"], capture_output=True, text=True)
         if not left.stdout or time.monotonic() > deadline:
             return left.stdout
+        time.sleep(0.2)
+
+
+def test_sighup_mid_provision_stops_like_sigterm_and_exits_129(tmp_path):
+    """SIGHUP (the terminal or SSH session went away) to `vgpu playbook run` while the module's `vgpu provision` is
+    between steps: passed on to the run's processes as SIGTERM, so vgpu on the host finishes its step and rolls back
+    (SIGHUP itself would kill it mid-step); then vgpu exits 129 with one line saying so, and leaves nothing behind:
+    no ansible process, no private data directory, no journal, the host as it was."""
+    inv = inventory(tmp_path, {"gim_hosts": {"kvm-a": local_host()}})
+    extra = sim_vars(tmp_path) + ["-e", "provision_profile=mi300x-4vf"]
+    sim_dir = tmp_path / "sim"
+    pause, tmp = tmp_path / "pause", tmp_path / "tmp"
+    pause.mkdir()
+    tmp.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(VGPU_SIM_PAUSE_AT="2:after", VGPU_SIM_PAUSE_DIR=str(pause), TMPDIR=str(tmp),
+               ANSIBLE_LOCAL_TEMP=str(tmp / "local"), ANSIBLE_REMOTE_TMP=str(tmp / "remote"))  # all the run's files
+    proc = subprocess.Popen([VGPU, "playbook", "run", "provision", "-i", str(inv), *extra], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = signal_at_pause(proc, pause, signal.SIGHUP)
+        assert proc.returncode == 129, out + err
+        errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
+        assert len(errors) == 1 and errors[0].startswith("error: interrupted by SIGHUP (the terminal went away): "
+                                                         "passed on as SIGTERM to ansible-playbook"), err
+        assert "Traceback" not in err
+        assert not _ansible_playbook_left(), "ansible-playbook outlived vgpu"
+        assert not _left_under(tmp_path), "a process of the run outlived vgpu"
+    finally:  # a failed case must not leave the run's processes working on after the test
+        for pid in _left_under(tmp_path, wait=0):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    # vgpu's private data directory is gone; what remains is Ansible's own, as after any interrupted task: the
+    # module's temporary files on the managed host (remote_tmp, its unpacked payload) and the controller's cache
+    left = sorted(p.name for p in tmp.iterdir())
+    assert all(n in ("local", "remote") or (n.startswith("ansible_") and "_payload_" in n) for n in left), left
+    status = subprocess.run([VGPU, "status", "--json", "--simulate", "--sim-dir", str(sim_dir)],
+                            capture_output=True, text=True, timeout=120)
+    doc = json.loads(status.stdout)
+    assert status.returncode == 0 and doc["profile"] is None and doc["unfinished_run"] is None, status.stdout
+    assert not (sim_dir / "root" / "etc" / "gim_config").exists() or \
+        "vf_num" not in (sim_dir / "root" / "etc" / "gim_config").read_text()
+
+
+def _left_under(where: Path, wait: float = 10.0) -> dict[int, str]:
+    """pid -> command line of living processes (other than this one) that mention ``where``: ansible-playbook (its
+    private data directory), the module (remote_tmp), vgpu on the host (its simulated host), ..."""
+    deadline = time.monotonic() + wait
+    while True:
+        left = {}
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                alive = cmdline.parent.name != str(os.getpid()) and \
+                    (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+            except (OSError, IndexError):
+                continue
+            if alive and str(where) in text:
+                left[int(cmdline.parent.name)] = text
+        if not left or time.monotonic() > deadline:
+            return left
         time.sleep(0.2)

@@ -135,6 +135,10 @@ def case_internal(sim, tmp_path):  # a command module that cannot be imported: a
     return proc, "internal error"
 
 
+def case_hangup(sim, tmp_path):  # the terminal went away: handled as SIGTERM, the run rolled back
+    return paused_then(sim, tmp_path, PROFILE, signal.SIGHUP), "interrupted by SIGHUP"
+
+
 def case_interrupted(sim, tmp_path):
     return paused_then(sim, tmp_path, PROFILE, signal.SIGINT), "interrupted by SIGINT"
 
@@ -147,7 +151,7 @@ CASES = {"OK": (0, case_ok), "FAILURE": (1, case_failure), "USAGE": (2, case_usa
          "CHANGES_PENDING": (3, case_changes_pending), "REFUSED": (4, case_refused),
          "BAD_INPUT": (5, case_bad_input), "IN_USE": (6, case_in_use), "LOCKED": (7, case_locked),
          "APPLY_FAILED": (8, case_apply_failed), "REMOTE": (9, case_remote), "INTERNAL": (70, case_internal),
-         "INTERRUPTED": (130, case_interrupted), "TERMINATED": (143, case_terminated)}
+         "HANGUP": (129, case_hangup), "INTERRUPTED": (130, case_interrupted), "TERMINATED": (143, case_terminated)}
 
 
 def test_every_documented_code_has_a_case_and_every_case_is_documented():

@@ -1,4 +1,4 @@
-"""Interrupted runs (issue 8, section 5): real SIGINT / SIGTERM / SIGKILL sent to a real
+"""Interrupted runs (issue 8, section 5): real SIGINT / SIGTERM / SIGHUP / SIGKILL sent to a real
 ``vgpu provision`` process at every step of a real plan, then what ``vgpu status`` says.
 
 The executor pauses at step N when VGPU_SIM_PAUSE_AT=N:before|after and VGPU_SIM_PAUSE_DIR are set
@@ -114,6 +114,39 @@ def test_signal_at_every_step_rolls_back_and_status_tells_the_truth(built, sim, 
     assert not (sim / "root/var/lib/vgpu/journal.json").exists()
     code, as_json = status_of(sim)
     assert code == 0 and as_json == built[1], as_json
+
+
+def test_sighup_mid_plan_rolls_back_like_sigterm_and_under_nohup_the_run_goes_on(built, sim, tmp_path):
+    """The operator's terminal or SSH session going away (SIGHUP) mid-plan: the step finishes, the run's steps are
+    rolled back, exit 129 (it used to end vgpu mid-step, leaving a journal). Under nohup (SIGHUP ignored, inherited
+    by vgpu) the same signal changes nothing: the run completes."""
+    before = host_tree(sim)
+    proc = provision_paused(sim, "4:after", tmp_path / "pause")  # gim reloaded with VFs, one bound
+    os.kill(proc.pid, signal.SIGHUP)
+    (tmp_path / "pause" / "go").touch()
+    out, err = proc.communicate(timeout=120)
+    line = assert_refused(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), 129,
+                          "interrupted by SIGHUP", "rolled back 5 step(s)")
+    assert "as it was before this run" in line and err.count("SIGHUP received: finishing the current step") == 1
+    assert host_tree(sim) == before
+    assert not (sim / "root/var/lib/vgpu/journal.json").exists()
+
+    pause = tmp_path / "pause-nohup"
+    pause.mkdir()
+    nohup = subprocess.Popen([sys.executable, "-m", "vgpu", "provision", "--profile", PROFILE, "--simulate", "--yes"],
+                             env=env_of(sim, VGPU_SIM_PAUSE_AT="4:after", VGPU_SIM_PAUSE_DIR=str(pause)), cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    deadline = time.monotonic() + 60
+    while not (pause / "ready").exists():
+        assert nohup.poll() is None and time.monotonic() < deadline, nohup.communicate()
+        time.sleep(0.01)
+    os.kill(nohup.pid, signal.SIGHUP)
+    (pause / "go").touch()
+    out, err = nohup.communicate(timeout=120)
+    assert nohup.returncode == 0 and "SIGHUP" not in err, out + err
+    code, as_json = status_of(sim)
+    assert code == 0 and as_json["profile"] == PROFILE and as_json["in_sync"], as_json
 
 
 def test_repeated_ctrl_c_never_abandons_the_rollback(sim, tmp_path):

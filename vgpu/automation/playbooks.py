@@ -196,7 +196,7 @@ def run_playbook(name: str, inventory_path: Path, *, limit: str | None = None, e
                  check: bool = False, diff: bool = False, on_change: Callable[[Tracker], None] | None = None
                  ) -> RunResult:
     """Run the shipped playbook ``name`` on the inventory; raises InputError before anything runs for an
-    unknown playbook or a bad inventory, InterruptedRun (130/143) when SIGINT/SIGTERM stopped the run."""
+    unknown playbook or a bad inventory, InterruptedRun (130/143/129) when SIGINT/SIGTERM/SIGHUP stopped the run."""
     root = content_dir()
     books = playbooks(root)
     if name.endswith(".yml"):
@@ -229,9 +229,12 @@ def run_playbook(name: str, inventory_path: Path, *, limit: str | None = None, e
         error = _runner_error(runner, tracker.lines) if runner.rc else None  # before its artifacts go
         stop.drain()
     if stop.signum is not None:
-        raise InterruptedRun(f"interrupted by {signal.Signals(stop.signum).name}: passed on to ansible-playbook and "
-                             "the tasks it was running, which stopped (vgpu provision rolls back its step); hosts may "
-                             "be part-way through their plays (the roles are idempotent: run again)", stop.signum)
+        got = signal.Signals(stop.signum).name
+        how = ": passed on" if stop.sent == stop.signum else \
+            f" (the terminal went away): passed on as {signal.Signals(stop.sent).name}"
+        raise InterruptedRun(f"interrupted by {got}{how} to ansible-playbook and the tasks it was running, which "
+                             "stopped (vgpu provision rolls back its step); hosts may be part-way through their plays "
+                             "(the roles are idempotent: run again)", stop.signum)
     result = RunResult(playbook=name, inventory=str(inventory_path), limit=limit, check=check,
                        extra_vars=dict(extra_vars or {}), status=str(runner.status), rc=int(runner.rc or 0),
                        hosts=_with_every_host(tracker.results(), inv, tracker.stats))
@@ -266,14 +269,21 @@ def _runner_error(runner, lines: list[str]) -> str:
     return " ".join((errors or lines[-1:]))[:600]
 
 
-GRACE = 60.0  # seconds the plays' processes get to finish after SIGINT/SIGTERM is passed on
+GRACE = 60.0  # seconds the plays' processes get to finish after SIGINT/SIGTERM/SIGHUP is passed on
+# What the run's processes get for each signal vgpu receives: for SIGHUP (the terminal or SSH session went away)
+# SIGTERM, which every vgpu on a host answers by finishing its step and rolling back (an older one would end
+# mid-step on SIGHUP): the run stops as it does on SIGTERM.
+PASSED_ON = {signal.SIGINT: signal.SIGINT, signal.SIGTERM: signal.SIGTERM, signal.SIGHUP: signal.SIGTERM}
 
 
 class _StopOnSignal:
-    """SIGINT/SIGTERM during a run: passed on to every process the run started (ansible-playbook, its workers
-    and the modules they run: a `vgpu provision` there finishes its step and rolls back, as on a terminal), then
-    the run is cancelled once they have exited or GRACE seconds have passed (ansible-runner then SIGKILLs what
-    is left of ansible-playbook's process group)."""
+    """SIGINT/SIGTERM/SIGHUP during a run: passed on (SIGHUP as SIGTERM) to every process the run started
+    (ansible-playbook, its workers and the modules they run: a `vgpu provision` there finishes its step and rolls
+    back, as on a terminal), then the run is cancelled once they have exited or GRACE seconds have passed
+    (ansible-runner then SIGKILLs what is left of ansible-playbook's process group).
+
+    SIGHUP is taken only where it would otherwise end vgpu at once (its default): ignored (nohup) it stays ignored,
+    and a caller that handles it itself keeps it (the roll-out lets the running playbook finish, rollout/runner.py)."""
 
     def __init__(self):
         self.signum: int | None = None
@@ -289,7 +299,7 @@ class _StopOnSignal:
             self.reached = _descendants(os.getpid())
             for pid in self.reached:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, self.signum)
+                    os.kill(pid, self.sent)
         return not _any_alive(self.reached) or time.monotonic() > self.deadline
 
     def drain(self) -> None:
@@ -298,6 +308,11 @@ class _StopOnSignal:
         while self.reached and _any_alive(self.reached) and time.monotonic() < self.deadline:
             time.sleep(0.1)
 
+    @property
+    def sent(self) -> int:
+        """The signal the run's processes get for the one vgpu received."""
+        return PASSED_ON[self.signum]
+
     def _handler(self, signum, _frame) -> None:
         if self.signum is None:
             self.signum = signum
@@ -305,7 +320,10 @@ class _StopOnSignal:
 
     def __enter__(self) -> "_StopOnSignal":
         if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)}
+            taken = [signal.SIGINT, signal.SIGTERM]
+            if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL:
+                taken.append(signal.SIGHUP)
+            self._previous = {s: signal.signal(s, self._handler) for s in taken}
         return self
 
     def __exit__(self, *exc) -> None:
