@@ -252,14 +252,18 @@ def test_safe_makes_each_control_visible(char, shown):
     assert safe(f"a{char}b", markup=False) == f"a{shown}b"
 
 
-def test_safe_keeps_ordinary_text_and_escapes_markup():
-    from rich.console import Console
-
-    from vgpu.cli.render import cell, safe
+def test_safe_keeps_ordinary_text_and_escapes_markup(monkeypatch):
+    from vgpu.cli.render import add_row, cell, console, safe, table
     assert safe("MI300X é 日本 0000:85:00.0", markup=False) == "MI300X é 日本 0000:85:00.0"
-    console = Console(file=io.StringIO(), force_terminal=True, color_system="truecolor", width=200)
-    console.print(f"host {safe(MARKUP)}")
-    console.print(cell(MARKUP))
-    printed = SGR.sub("", console.file.getvalue())
-    assert printed.count(MARKUP) == 2
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setattr("sys.stdout", io.StringIO())
+    rows = table(MARKUP, ("a",))
+    add_row(rows, cell(MARKUP, "bold"))
+    out = console()
+    out.print(f"host {safe(MARKUP)}")
+    out.print(rows)
+    printed = SGR.sub("", sys.stdout.getvalue())
+    assert SGR.search(sys.stdout.getvalue())  # styles were drawn; the markup in the text was not taken as style
+    assert printed.count(MARKUP) == 3
     assert safe(None) == "-"

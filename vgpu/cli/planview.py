@@ -1,4 +1,4 @@
-"""Rendering plans, refusals, provision results and status for people (rich) and scripts (JSON)."""
+"""Rendering plans, refusals, provision results and status for people (vgpu.cli.term) and scripts (JSON)."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ def run(name, inventory, limit, extra, check, diff, as_json) -> int:
     """Run playbook NAME over an inventory: live progress per host, then each host's result.
 
     Exit 0: every host ok or changed; 8: a host failed; 9: a host was unreachable; 5: bad inventory or
-    variables (nothing ran); 130/143: interrupted.
+    variables (nothing ran); 130/143/129: interrupted (SIGINT/SIGTERM/SIGHUP).
     """
     from vgpu.automation.playbooks import parse_extra_vars, run_playbook
 
@@ -77,8 +77,8 @@ class _Live:
         if self.enabled:
             from rich.live import Live
 
-            from vgpu.cli.render import console
-            self._live = Live(console=console(err=True), transient=True, refresh_per_second=8)
+            from vgpu.cli.render import live_console
+            self._live = Live(console=live_console(err=True), transient=True, refresh_per_second=8)
             self._live.start()
         return self
 

@@ -25,21 +25,18 @@ def list_cmd(as_json: bool) -> None:
         from vgpu.cli.render import print_json
         print_json([{**p.to_dict(), "support": p.support.value, "warnings": p.warnings()} for p in found])
         return
-    from rich.table import Table
+    from vgpu.cli.render import add_row, console, table
 
-    from vgpu.cli.render import console
-    table = Table(title="Shipped profiles", title_justify="left")
-    for column in ("name", "model", "mode", "VFs/GPU", "partitions", "hypervisor", "support"):
-        table.add_column(column)
+    rows = table("Shipped profiles", ("name", "model", "mode", "VFs/GPU", "partitions", "hypervisor", "support"))
     for p in found:
         combo = p.combo
         parts = f"{combo.compute.value}/{combo.memory.value}" if combo else "-"
-        table.add_row(p.name, p.gpu.model, p.gpu.mode.value, str(p.gpu.vfs_per_gpu or "-"), parts,
-                      p.hypervisor.value, p.support.value)
+        add_row(rows, p.name, p.gpu.model, p.gpu.mode.value, p.gpu.vfs_per_gpu or "-", parts, p.hypervisor.value,
+                p.support.value)
     out = console()
     if not out.is_terminal:
         out.width = 120  # piped or captured: do not squeeze the table to the 80-column fallback
-    out.print(table)
+    out.print(rows)
 
 
 @profiles.command()

@@ -1,8 +1,8 @@
-"""Human output: rich tables for inventories and findings. JSON output never passes through here.
+"""Human output: tables for inventories and findings (vgpu.cli.term). JSON output never passes through here.
 
 Every string that comes from outside vgpu (a host name, a file's content, a driver or module name read from
 sysfs, a VM name from libvirt, a process name, a profile field, a path, a guest's report) reaches the terminal
-only through :func:`safe` or :func:`cell`: control characters become visible escapes and rich markup is shown
+only through :func:`safe` or :func:`cell`: control characters become visible escapes and markup is shown
 literally, so a crafted snapshot or report cannot restyle, move the cursor in, retitle or reorder what an
 operator reviews.
 """
@@ -14,13 +14,9 @@ import re
 import sys
 from typing import TYPE_CHECKING
 
-# rich is imported where a table or styled line is built, not here: safe(..., markup=False), print_json
-# and the JSON outputs never need it, and importing it costs a third of a read command's start-up.
-if TYPE_CHECKING:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
+from vgpu.cli.term import Cell, Console, Table, escape
 
+if TYPE_CHECKING:
     from vgpu.model.inventory import Gpu, Inventory
 
 _STYLE = {"ok": "green", "info": "cyan", "warning": "yellow", "error": "bold red"}  # by Severity value
@@ -39,43 +35,42 @@ def safe(text, markup: bool = True) -> str:
     """``text`` (anything; None becomes "-") made harmless for a terminal: every control character, DEL, C1
     code, bidi override/isolate/mark and line separator becomes a visible escape (ESC -> ``\\x1b``, U+202E ->
     ``\\u202e``).
-    With ``markup`` (for strings rich parses as markup) ``[`` is escaped too, so ``[bold red]X[/]`` prints as
-    written; without it (click.echo, rich ``Text``) the text is otherwise left as is."""
+    With ``markup`` (for strings printed as markup) ``[`` is escaped too, so ``[bold red]X[/]`` prints as
+    written; without it (click.echo, table cells) the text is otherwise left as is."""
     text = _UNSAFE.sub(_visible, "-" if text is None else str(text))
-    if not markup:
-        return text
-    from rich.markup import escape
-    return escape(text)
+    return escape(text) if markup else text
 
 
-def cell(value, style: str | None = None) -> Text:
-    """A table cell from outside data: a rich Text (never parsed as markup) of the safe text."""
-    from rich.text import Text
-    return Text(safe(value, markup=False), style=style or "")
+def cell(value, style: str | None = None) -> Cell:
+    """A table cell from outside data: the safe text, never parsed as markup."""
+    return Cell(safe(value, markup=False), style or "")
 
 
 def console(err: bool = False) -> Console:
-    from rich.console import Console
-    return Console(stderr=err, highlight=False, soft_wrap=False)
+    """Standard output (standard error with ``err``) for styled lines and tables."""
+    return Console(stderr=err)
 
 
-def table(title: str, columns: tuple[str, ...], keep_whole: tuple[str, ...] = (), **kwargs) -> Table:
-    """A rich table whose title is plain text (not markup) and whose cells fold instead of ending in "…":
-    nothing is cut off. Columns named in ``keep_whole`` (PCI addresses) are never wrapped or shortened."""
-    from rich.table import Table
-    t = Table(title=cell(title), title_justify="left", **kwargs)
+def live_console(err: bool = True):
+    """A rich console for what redraws in place (live views); they draw :func:`table` tables too."""
+    from rich.console import Console as RichConsole
+    return RichConsole(stderr=err, highlight=False, soft_wrap=False)
+
+
+def table(title: str | None, columns: tuple[str, ...], keep_whole: tuple[str, ...] = (),
+          caption: str | None = None) -> Table:
+    """A table whose title and caption are plain text (not markup) and whose cells wrap (long words fold)
+    instead of ending in "…": nothing is cut off. Columns named in ``keep_whole`` (PCI addresses) are never
+    wrapped or shortened."""
+    t = Table(title=None if title is None else safe(title, markup=False), caption=caption)
     for name in columns:
-        if name in keep_whole:
-            t.add_column(name, no_wrap=True, overflow="fold")
-        else:
-            t.add_column(name, overflow="fold")
+        t.add_column(name, no_wrap=name in keep_whole)
     return t
 
 
 def add_row(t: Table, *values, style: str | None = None) -> None:
-    """Add a row of outside values (str, numbers, None, or Text already built by this module)."""
-    from rich.text import Text
-    t.add_row(*(v if isinstance(v, Text) else cell(v) for v in values), style=style)
+    """Add a row of outside values (str, numbers, None, or cells already built by :func:`cell`)."""
+    t.add_row(*(v if isinstance(v, Cell) else cell(v) for v in values), style=style)
 
 
 def print_json(data) -> None:
@@ -118,14 +113,14 @@ def inventory_table(inv: Inventory, width: int | None = None) -> Table:
     """GPUs and their VFs, one row per function. The PCI address column is never shortened: when the full
     table does not fit ``width``, the compact one (without BARs and link) is used, whose caption says so."""
     full = _inventory_table(inv, compact=False)
-    if width is None or _natural_width(full) <= width:
+    if width is None or full.natural_width() <= width:
         return full
     return _inventory_table(inv, compact=True)
 
 
 def _inventory_table(inv: Inventory, compact: bool) -> Table:
     t = table(f"AMD Instinct GPUs on {inv.source}", COMPACT_COLUMNS if compact else FULL_COLUMNS,
-              keep_whole=("function",), caption=COMPACT_NOTE if compact else None, caption_justify="left")
+              keep_whole=("function",), caption=COMPACT_NOTE if compact else None)
     for gpu in inv.gpus:
         vfs = f"{_num(gpu.num_vfs)}/{_num(gpu.total_vfs)}"
         row = [gpu.address, gpu.model, f"{gpu.device_id:04x}", gpu.driver, _num(gpu.numa_node),
@@ -139,12 +134,6 @@ def _inventory_table(inv: Inventory, compact: bool) -> Table:
                    _group(vf, compact), "", ""]
             add_row(t, *row, *(() if compact else ("", "")), style="dim")
     return t
-
-
-def _natural_width(renderable) -> int:
-    """The width ``renderable`` takes when nothing limits it."""
-    from rich.console import Console
-    return Console(width=10_000).measure(renderable).maximum
 
 
 def shared_groups_table(inv: Inventory) -> Table | None:

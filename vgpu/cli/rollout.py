@@ -266,8 +266,8 @@ class _Live:
         if self.enabled:
             from rich.live import Live
 
-            from vgpu.cli.render import console
-            self._live = Live(console=console(err=True), transient=True, auto_refresh=False)
+            from vgpu.cli.render import live_console
+            self._live = Live(console=live_console(err=True), transient=True, auto_refresh=False)
             self._live.start()
         return self
 

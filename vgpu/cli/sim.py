@@ -18,17 +18,13 @@ def sim() -> None:
 @sim.command("machines")
 def machines() -> None:
     """List the simulated machines shipped with vgpu."""
-    from rich.table import Table
-
-    from vgpu.cli.render import console
+    from vgpu.cli.render import add_row, console, table
     from vgpu.sim import list_machines
 
-    table = Table(title="Simulated machines (vgpu ... --simulate NAME)", title_justify="left")
-    table.add_column("name")
-    table.add_column("description")
+    rows = table("Simulated machines (vgpu ... --simulate NAME)", ("name", "description"))
     for name, description in list_machines():
-        table.add_row(name, description)
-    console().print(table)
+        add_row(rows, name, description)
+    console().print(rows)
 
 
 @sim.command("reset")

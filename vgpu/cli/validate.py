@@ -181,25 +181,20 @@ class _Progress:
 
 
 def _summary(report, paths: dict[str, Path]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from vgpu.cli.render import cell, safe
+    from vgpu.cli.render import add_row, cell, console, safe, table
 
     styles = {"pass": "green", "fail": "red", "error": "yellow"}
-    table = Table(title="vgpu validate")
-    for col in ("guest", "verdict", "outcome", "p/f/s/e", "s"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("detail")
+    rows = table("vgpu validate", ("guest", "verdict", "outcome", "p/f/s/e", "s", "detail"),
+                 keep_whole=("verdict", "outcome", "p/f/s/e", "s"))
     for g in report.guests:
         counts = "/".join(str(sum(c.status == s for c in g.checks)) for s in STATUSES)
         failed = [c.name for c in g.checks if c.status in ("fail", "error")]
         more = f" (+{len(failed) - 3})" if len(failed) > 3 else ""
         detail = g.detail or (", ".join(failed[:3]) + more)
-        table.add_row(cell(g.name), cell(g.verdict, styles.get(g.verdict)), cell(g.outcome.value), counts,
-                      f"{g.seconds:.1f}", cell(detail))
-    out = Console()
-    out.print(table, markup=True)
+        add_row(rows, g.name, cell(g.verdict, styles.get(g.verdict)), g.outcome.value, counts, f"{g.seconds:.1f}",
+                detail)
+    out = console()
+    out.print(rows)
     for kind, path in paths.items():
         out.print(f"{kind} report: {safe(path)}", highlight=False)
 
@@ -248,10 +243,7 @@ def report(ctx: click.Context, sources: tuple[Path, ...], compare_pair, threshol
 
 
 def _compare(pair, thresholds: tuple[str, ...], report_dir: Path | None, quiet: bool) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from vgpu.cli.render import cell, safe
+    from vgpu.cli.render import add_row, cell, console, safe, table
     from vgpu.guest.report import check_report_dir, write_files
     from vgpu.guest.report import compare as cmp
     from vgpu.guest.report import json as json_report
@@ -267,18 +259,16 @@ def _compare(pair, thresholds: tuple[str, ...], report_dir: Path | None, quiet: 
                                  report_dir / cmp.COMPARE_JUNIT: cmp.render_junit(comp),
                                  report_dir / cmp.COMPARE_HTML: cmp.render_html(comp)})
     if not quiet:
-        table = Table(title=f"{safe(str(pair[0]))} -> {safe(str(pair[1]))}", title_justify="left")
-        for col in ("guest", "check", "what", "baseline", "current", "change", "verdict"):
-            table.add_column(col)
+        rows = table(f"{pair[0]} -> {pair[1]}", ("guest", "check", "what", "baseline", "current", "change", "verdict"))
         styles = {"regressed": "bold red", "improved": "green"}
         for d in comp.deltas:
             if d.verdict == "same":
                 continue
             change = "" if d.relative is None else f"{d.relative:+.1f}%"
-            table.add_row(cell(d.guest), cell(d.check), cell(d.what), cell(str(d.baseline)), cell(str(d.current)),
-                          cell(change), cell(d.verdict, styles.get(d.verdict)))
-        out = Console()
-        out.print(table)
+            add_row(rows, d.guest, d.check, d.what, str(d.baseline), str(d.current), change,
+                    cell(d.verdict, styles.get(d.verdict)))
+        out = console()
+        out.print(rows)
         for g in comp.only_baseline:
             out.print(f"[yellow]unpaired[/]: {safe(g)} is only in the baseline")
         for g in comp.only_current:
