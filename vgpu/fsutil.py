@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -13,6 +12,8 @@ def atomic_write(path: Path, data: bytes | str | Iterable[bytes], mode: int = 0o
     ``data`` may be an iterable of byte chunks, written as they come (a large report, streamed).
     ``durable=False`` skips the fsync: still atomic for readers and against a killed process, not
     against power loss (the simulator, which only has to survive SIGKILL, writes thousands of files)."""
+    import tempfile  # here: read commands import this module but write nothing
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)

@@ -12,7 +12,6 @@ bombs), bounded nesting, duplicate keys refused, ``extends`` chains bounded and 
 
 from __future__ import annotations
 
-import difflib
 import functools
 import json
 import re
@@ -304,6 +303,8 @@ def _explain(err: dict[str, Any]) -> tuple[tuple, str]:
 
 
 def _unknown_key(loc: tuple) -> str:
+    import difflib  # only for a profile with an unknown key
+
     allowed = _fields_at(loc[:-1])
     close = difflib.get_close_matches(str(loc[-1:] and loc[-1]), allowed, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
