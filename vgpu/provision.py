@@ -105,10 +105,10 @@ class StatusResult:
         return self.unfinished is None and all(i.ok for i in self.items)
 
 
-def host_status(target: HostTarget) -> StatusResult:
+def host_status(target: HostTarget, inv: Inventory | None = None) -> StatusResult:
     """The host now against the profile it recorded, item by item: devices, partitions, config files,
     persistence, and each assigned VM that exists. Raises Refusal when the recorded profile no longer
-    fits the host (a GPU gone, say)."""
+    fits the host (a GPU gone, say). ``inv``: the host's inventory when the caller has just read it."""
     from vgpu.status import status_items, vm_items
 
     warnings = interrupted_run_warnings(target)
@@ -116,7 +116,7 @@ def host_status(target: HostTarget) -> StatusResult:
     profile = recorded_profile(target)
     if profile is None:
         return StatusResult(None, [], warnings, unfinished)
-    inv = discover(target.paths)
+    inv = discover(target.paths) if inv is None else inv
     desired = desired_state(profile, inv)
     items = status_items(desired, inv, current_files(target))
     try:

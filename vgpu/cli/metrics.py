@@ -37,9 +37,9 @@ def metrics(reports: tuple[Path, ...], textfile: str, host) -> None:
     warnings: list[str] = []
     with open_host(host) as target:
         inv = target.discover()
-        domains = None if target.read_only else target.domains(warnings)
+        domains = None if target.read_only else target.domains(warnings, inv)
         try:
-            status = target.status()
+            status = target.status(inv)  # the host read once: metrics describe one moment
         except Refusal as exc:  # the recorded profile no longer fits the host: that is drift too
             from vgpu.provision import StatusResult
             from vgpu.status import Item

@@ -94,7 +94,7 @@ class EsxiTarget:
     def recorded_profile(self):
         return recorded_profile(self)
 
-    def status(self) -> StatusResult:
+    def status(self, inv: Inventory | None = None) -> StatusResult:  # noqa: ARG002 - status reads the host once
         return host_status(self)
 
     def release(self, **options) -> ProvisionResult:
@@ -103,7 +103,7 @@ class EsxiTarget:
     def export(self, name: str, model: str | None) -> dict:
         return export(self, name, model)
 
-    def domains(self, warnings: list[str]):
+    def domains(self, warnings: list[str], inv: Inventory | None = None):  # noqa: ARG002
         return [v.domain() for v in self.host.read().vms]
 
 

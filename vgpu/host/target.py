@@ -85,9 +85,10 @@ class HostTarget:
         from vgpu.provision import recorded_profile
         return recorded_profile(self)
 
-    def status(self):
+    def status(self, inv=None):
+        """The host against its recorded profile; ``inv``: this host's inventory when the caller has just read it."""
         from vgpu.provision import host_status
-        return host_status(self)
+        return host_status(self, inv)
 
     def release(self, **options):
         from vgpu.provision import release
@@ -97,8 +98,9 @@ class HostTarget:
         from vgpu.export import export_profile
         return export_profile(self.discover(), name, model)
 
-    def domains(self, warnings: list[str]):
-        """The VMs (DomainInfo) its hypervisor knows, or None (with a warning) when it cannot be asked."""
+    def domains(self, warnings: list[str], inv=None):
+        """The VMs (DomainInfo) its hypervisor knows, or None (with a warning) when it cannot be asked.
+        ``inv``: this host's inventory when the caller has just read it."""
         from vgpu.vms import vm_view
-        view = vm_view(self, self.discover(), warnings)
+        view = vm_view(self, self.discover() if inv is None else inv, warnings)
         return None if view.domains is None else list(view.domains.values())
