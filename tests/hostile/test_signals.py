@@ -163,7 +163,7 @@ def test_repeated_ctrl_c_never_abandons_the_rollback(sim, tmp_path):
     assert host_tree(sim) == before
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_signal_at_the_confirmation_question_changes_nothing(sim, sig):
     before = host_tree(sim)
     leader, follower = pty.openpty()  # a terminal, so provision asks (stdout and stderr on it too)

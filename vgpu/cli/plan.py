@@ -123,7 +123,7 @@ def _confirm(plan) -> bool:
 
 
 class _Signalled(Exception):
-    """SIGINT/SIGTERM at the prompt (click would turn a KeyboardInterrupt into Abort, exit 1)."""
+    """SIGINT/SIGTERM/SIGHUP at the prompt (click would turn a KeyboardInterrupt into Abort, exit 1)."""
 
     def __init__(self, signum: int):
         super().__init__(signum)
@@ -134,7 +134,10 @@ class _Signalled(Exception):
 def _signals_raise():
     def handler(signum, _frame):
         raise _Signalled(signum)
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signals = [signal.SIGINT, signal.SIGTERM]
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # under nohup it stays ignored
+        signals.append(signal.SIGHUP)
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield
     finally:
