@@ -182,8 +182,8 @@ def test_the_tree_writer_refuses_any_path_outside_the_root(area, path):
 
 
 def test_a_state_that_skipped_validation_still_cannot_write_outside(area, built):
-    """Belt and braces: even a state that never went through load_state (model_construct) cannot make
-    the tree writer leave the simulator root."""
+    """Belt and braces: even a state changed after load_state checked it (records do not check assignments)
+    cannot make the tree writer leave the simulator root."""
     import shutil
     from vgpu.errors import InputError
     from vgpu.sim.state import load_state
@@ -191,7 +191,7 @@ def test_a_state_that_skipped_validation_still_cannot_write_outside(area, built)
     sim = area / "sim"
     shutil.copytree(built, sim, symlinks=True)
     state = load_state(sim)
-    state.modules["../../../../decoy"] = {"pwned": "1"}  # validate_assignment is off
+    state.modules["../../../../decoy"] = {"pwned": "1"}  # not checked: only load_state checks
     watch = Watch(area / "decoy")
     with pytest.raises(InputError, match="outside the simulated host's root"):
         Tree(sim / "root").render_globals(state)

@@ -2,8 +2,9 @@
 
 Each case runs one `vgpu` command in a fresh interpreter on a provisioned simulated host and checks which
 heavy modules it left in sys.modules. Nothing is timed: an import that creeps back into a read path (rich
-for a JSON output, the simulator's machine-spec models and kernel model for a host that is only read, the
-report model for `metrics` without --report) fails here by name, whatever the machine's load.
+for a JSON output, the simulator's machine-spec models and kernel model for a host that is only read,
+pydantic for `discover` on a simulated host, the report model for `metrics` without --report) fails here by
+name, whatever the machine's load.
 """
 
 from __future__ import annotations
@@ -38,7 +39,10 @@ SIM_BUILD = ("vgpu.sim.spec", "vgpu.sim.presets", "vgpu.sim.build", "vgpu.sim.gi
              "vgpu.sim.pcicore")
 NEVER = ("jsonschema", "paramiko", "pyVmomi", "vgpu.esxi", "vgpu.rollout", "ansible_runner", *SIM_BUILD)
 PLAIN = ("rich",)  # JSON and plain-text outputs are not rendered by rich
-PROFILES = ("yaml", "vgpu.profiles", "vgpu.model.profile")  # (pydantic too, but the simulator's state uses it)
+PROFILES = ("yaml", "vgpu.profiles", "vgpu.model.profile")
+# The simulator's state is plain records checked by vgpu.sim.state itself: opening a host for a read needs no
+# pydantic (only building a machine does, for its spec), so a command that loads no profile imports none.
+MODELS = ("pydantic", "pydantic_core", "annotated_types")
 
 
 @pytest.fixture(scope="module")
@@ -82,8 +86,8 @@ SIM = ("--simulate", "--sim-dir")
 
 # (argv after the simulator options are added, modules that must not be imported)
 READS = [
-    (("discover", "--json"), (*NEVER, *PLAIN, *PROFILES, "libvirt", "prometheus_client")),
-    (("discover",), (*NEVER, *PROFILES, "libvirt", "prometheus_client")),
+    (("discover", "--json"), (*NEVER, *PLAIN, *PROFILES, *MODELS, "libvirt", "prometheus_client")),
+    (("discover",), (*NEVER, *PROFILES, *MODELS, "libvirt", "prometheus_client")),
     (("status", "--json"), (*NEVER, *PLAIN, "prometheus_client", "vgpu.guest")),
     (("status",), (*NEVER, "prometheus_client", "vgpu.guest")),
     (("plan", "--json", "--profile", "mi300x-4vf"), (*NEVER, *PLAIN, "prometheus_client", "vgpu.guest")),
@@ -98,6 +102,34 @@ def test_a_read_command_on_a_simulated_host_imports_only_what_it_uses(tmp_path, 
     modules = imported(tmp_path, *argv, *SIM, sim_dir)
     assert "vgpu.sim.host" in modules  # the simulated host was opened: the check looked at the real path
     assert loaded(modules, absent) == []
+
+
+# Every way a command reaches an existing simulated host: open it (kernel.repair validates state.json and
+# re-renders a tree a crash left behind), its target, its state and machine name, a read-only kernel call.
+OPEN_HOST = r"""
+import json, sys
+from vgpu.sim import SimHost
+out, sim_dir = sys.argv[1], sys.argv[2]
+host = SimHost.open(sim_dir)
+target = host.target()
+state = host.state
+host.kernel.settle(1.0)
+json.dump({"name": host.machine_name, "functions": len(state.functions), "modules": sorted(sys.modules)},
+          open(out, "w"))
+"""
+
+
+def test_opening_a_simulated_host_imports_no_pydantic(tmp_path, sim_dir):
+    (Path(sim_dir) / "tree-generation").write_text("-1")  # as after a crash: open() re-renders the tree
+    out = tmp_path / "open.json"
+    proc = subprocess.run([sys.executable, "-c", OPEN_HOST, str(out), sim_dir], cwd=tmp_path,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert (result["name"], result["functions"] > 100) == ("8xmi300x", True)
+    assert (Path(sim_dir) / "tree-generation").read_text() != "-1"  # the repair path really ran
+    assert loaded(set(result["modules"]), (*MODELS, *SIM_BUILD)) == []
 
 
 def test_profiles_show_prints_without_rich(tmp_path):

@@ -4,20 +4,30 @@ The JSON file is the source of truth; the sysfs tree under ``root/`` is rendered
 (``vgpu.sim.tree``). Each kernel operation saves the new state first, then renders the changed
 parts, then records the rendered generation, so that a process killed mid-operation leaves a
 state that the next ``SimHost.open`` re-renders completely (``tree_generation`` != ``generation``).
+
+The records are plain classes with a field table each, checked by a small strict validator of their
+own: every read command opens a simulated host, and pydantic's import and model building cost more
+than the rest of such a command's start-up (benchmarks/README.md "CLI start-up"). The validator is
+strict where pydantic's lax mode was not: an integer is a JSON integer (not true, 5.0 or "5"), a boolean
+is true or false. Keys the records do not know are refused at the top level and dropped inside
+records, as before; what ``save_state`` writes is byte for byte what the pydantic models wrote.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import json
+import operator
 import os
+import re
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
-from vgpu.fsutil import atomic_write
 from vgpu.errors import InputError
+from vgpu.fsutil import atomic_write
 from vgpu.inputs import InputFileError, parse_json, read_text
 from vgpu.model.pci import PciAddress
 from vgpu.sim.drivers import MODULE_NAME, PARAM_NAME
@@ -28,52 +38,220 @@ TREE_MARK = "tree-generation"
 LOCK_FILE = ".lock"
 
 
-class Bar(BaseModel):
+# -- the validator's pieces: a check takes a value parsed from JSON and returns it (or its record) -----
+
+class _Bad(Exception):
+    """A value the state file must not hold; ``loc`` grows (key by key, outermost first) on the way up."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+        self.loc: list[str | int] = []
+
+
+_KINDS = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
+          dict: "an object", type(None): "null"}
+
+
+def _wrong(expected: str, value: object) -> _Bad:
+    return _Bad(f"Input should be {expected}, not {_KINDS.get(type(value), type(value).__name__)}")
+
+
+def _int(value: Any) -> int:
+    if type(value) is int:  # not bool, which is an int to Python
+        return value
+    raise _wrong("a valid integer", value)
+
+
+def _str(value: Any) -> str:
+    if type(value) is str:
+        return value
+    raise _wrong("a valid string", value)
+
+
+def _bool(value: Any) -> bool:
+    if type(value) is bool:
+        return value
+    raise _wrong("a valid boolean", value)
+
+
+def _object(value: Any) -> dict:
+    if type(value) is dict:
+        return value
+    raise _wrong("a valid dictionary", value)
+
+
+_SCALARS = (_int, _str, _bool)  # checks that return the value itself
+
+
+def _opt(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else check(value)
+
+
+def _list(check: Callable[[Any], Any]) -> Callable[[Any], list]:
+    scalar = check in _SCALARS  # a list of scalars is kept as parsed
+
+    def checked(value: Any) -> list:
+        if type(value) is not list:
+            raise _wrong("a valid list", value)
+        out = value if scalar else []
+        i = 0
+        try:
+            for i, item in enumerate(value):
+                item = check(item)
+                if not scalar:
+                    out.append(item)
+        except _Bad as exc:
+            exc.loc.insert(0, i)
+            raise
+        return out
+    return checked
+
+
+def _dict(check: Callable[[Any], Any]) -> Callable[[Any], dict]:
+    """An object whose values pass ``check`` (its keys are strings: JSON's always are)."""
+    scalar = check in _SCALARS
+
+    def checked(value: Any) -> dict:
+        if type(value) is not dict:
+            raise _wrong("a valid dictionary", value)
+        out = value if scalar else {}
+        key = None
+        try:
+            for key, item in value.items():
+                item = check(item)
+                if not scalar:
+                    out[key] = item
+        except _Bad as exc:
+            exc.loc.insert(0, key)
+            raise
+        return out
+    return checked
+
+
+def _link(value: Any) -> tuple[str, int, str, int]:
+    """speed, width, max speed, max width (saved as a JSON list)."""
+    if type(value) is not list or len(value) != 4:
+        raise _wrong("a list of 4 items (speed, width, max speed, max width)", value)
+    for i, check in enumerate((_str, _int, _str, _int)):
+        try:
+            check(value[i])
+        except _Bad as exc:
+            exc.loc.insert(0, i)
+            raise
+    return tuple(value)
+
+
+_REQUIRED = object()
+
+
+def _fields(**spec: Any) -> tuple[tuple[str, ...], tuple[tuple[str, str, Callable, Any], ...]]:
+    """A record's ``__slots__`` and field table from ``name=check`` (required) or ``name=(check, default)``
+    or ``name=(check, default, json_key)``; a default that is a type (list, dict) is called per record."""
+    table = []
+    for name, entry in spec.items():
+        check, default, key = (entry + (name,))[:3] if isinstance(entry, tuple) else (entry, _REQUIRED, name)
+        table.append((name, key, check, default))
+    return tuple(spec), tuple(table)
+
+
+class _Record:
+    """Fields in a table (``_FIELDS``: attribute, JSON key, check, default), compared by value as pydantic
+    models were; not hashable, since they change. The constructor checks names, not types: vgpu's own code
+    builds records, and what it builds is checked when the saved state is next read (``from_json``)."""
+
+    __slots__ = ()
+    _FIELDS: tuple[tuple[str, str, Callable, Any], ...] = ()
+    _FORBID_EXTRA = False  # unknown keys: refused, or dropped (pydantic's default, which the records had)
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, **values: Any):
+        for name, _key, _check, default in self._FIELDS:
+            if name in values:
+                setattr(self, name, values.pop(name))
+            elif default is _REQUIRED:
+                raise TypeError(f"{type(self).__name__}() needs {name}")
+            else:
+                setattr(self, name, default() if isinstance(default, type) else default)
+        if values:
+            raise TypeError(f"{type(self).__name__}() has no field {next(iter(values))}")
+
+    @classmethod
+    def from_json(cls, data: Any):
+        """The record that ``data`` (parsed JSON) describes; raises _Bad naming the first problem."""
+        if type(data) is not dict:
+            raise _wrong("a valid dictionary", data)
+        record = cls.__new__(cls)
+        for name, key, check, default in cls._FIELDS:
+            if key in data:
+                try:
+                    value = check(data[key])
+                except _Bad as exc:
+                    exc.loc.insert(0, key)
+                    raise
+            elif default is _REQUIRED:
+                bad = _Bad("Field required")
+                bad.loc.append(key)
+                raise bad
+            else:
+                value = default() if isinstance(default, type) else default
+            setattr(record, name, value)
+        if cls._FORBID_EXTRA and not cls._KEYS.issuperset(data):
+            bad = _Bad("Extra inputs are not permitted")
+            bad.loc.append(next(k for k in data if k not in cls._KEYS))
+            raise bad
+        return record
+
+    def to_json(self) -> dict:
+        """The fields by JSON key, in table order; nested records stay records (``save_state`` dumps them)."""
+        return dict(zip(self._KEY_ORDER, self._values(self)))
+
+    def __init_subclass__(cls) -> None:
+        cls._KEY_ORDER = tuple(key for _name, key, _check, _default in cls._FIELDS)
+        cls._KEYS = frozenset(cls._KEY_ORDER)
+        cls._values = operator.attrgetter(*cls.__slots__)  # a tuple of the fields (each record has several)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in self.__slots__)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{n}={getattr(self, n)!r}' for n in self.__slots__)})"
+
+
+# -- the records -------------------------------------------------------------------------------------
+
+class Bar(_Record):
     """One line of the ``resource`` file: index 0-5 BARs, 6 ROM, 7-12 IOV BARs."""
 
-    index: int
-    start: int
-    size: int
-    flags: int
+    __slots__, _FIELDS = _fields(index=_int, start=_int, size=_int, flags=_int)
 
 
-class Sriov(BaseModel):
-    total_vfs: int
-    offset: int
-    stride: int
-    vf_device: int
-    num_vfs: int = 0
-    vf_bars: list[Bar] = Field(default_factory=list)  # per-VF sizes; start = IOV BAR start
-    vf_limit: int | None = None  # what the firmware allows GIM to enable (None: total_vfs)
+class Sriov(_Record):
+    __slots__, _FIELDS = _fields(
+        total_vfs=_int, offset=_int, stride=_int, vf_device=_int, num_vfs=(_int, 0),
+        vf_bars=(_list(Bar.from_json), list),  # per-VF sizes; start = IOV BAR start
+        vf_limit=(_opt(_int), None),  # what the firmware allows GIM to enable (None: total_vfs)
+    )
 
 
-class Function(BaseModel):
+class Function(_Record):
     """One PCI function as the kernel knows it."""
 
-    model_config = ConfigDict(validate_assignment=False)
-
-    address: str
-    parent: str | None  # upstream bridge address; None: on the host bridge's root bus
-    kind: str
-    vendor: int
-    device: int
-    subsystem_vendor: int
-    subsystem_device: int
-    class_code: int
-    revision: int = 0
-    numa_node: int = -1
-    natural_driver: str | None = None  # the driver drivers_probe picks when its module is loaded
-    driver: str | None = None
-    driver_override: str | None = None
-    iommu_group: int | None = None
-    bars: list[Bar] = Field(default_factory=list)
-    link: tuple[str, int, str, int] | None = None  # speed, width, max speed, max width
-    sriov: Sriov | None = None
-    physfn: str | None = None
-    vf_index: int | None = None
-    gpu_model: str | None = None  # catalog name for catalog-known AMD GPUs
-    compute_partition: str | None = None
-    memory_partition: str | None = None
+    __slots__, _FIELDS = _fields(
+        address=_str,
+        parent=_opt(_str),  # upstream bridge address; None: on the host bridge's root bus (required)
+        kind=_str, vendor=_int, device=_int, subsystem_vendor=_int, subsystem_device=_int, class_code=_int,
+        revision=(_int, 0), numa_node=(_int, -1),
+        natural_driver=(_opt(_str), None),  # the driver drivers_probe picks when its module is loaded
+        driver=(_opt(_str), None), driver_override=(_opt(_str), None), iommu_group=(_opt(_int), None),
+        bars=(_list(Bar.from_json), list),
+        link=(_opt(_link), None),  # (speed, width, max speed, max width)
+        sriov=(_opt(Sriov.from_json), None), physfn=(_opt(_str), None), vf_index=(_opt(_int), None),
+        gpu_model=(_opt(_str), None),  # catalog name for catalog-known AMD GPUs
+        compute_partition=(_opt(_str), None), memory_partition=(_opt(_str), None),
+    )
 
     @property
     def pci(self) -> PciAddress:
@@ -84,54 +262,53 @@ class Function(BaseModel):
         return (self.class_code >> 8) == 0x0604
 
 
-class Holder(BaseModel):
-    pid: int
-    comm: str
-    group: int
+class Holder(_Record):
+    __slots__, _FIELDS = _fields(pid=_int, comm=_str, group=_int)
 
 
-class GimSaved(BaseModel):
+class GimSaved(_Record):
     """What GIM remembers per PF between loads (its saved partition modes)."""
 
-    vf_num: int
-    compute: str
-    memory: str
+    __slots__, _FIELDS = _fields(vf_num=_int, compute=_str, memory=_str)
 
 
-class Fault(BaseModel):
+class Fault(_Record):
     """An armed fault: the next operation matching ``pattern`` (after ``skip`` matches) fails."""
 
-    pattern: str
-    error: str
-    skip: int = 0
-    kill: bool = False  # SIGKILL the calling process right after the operation instead
+    __slots__, _FIELDS = _fields(
+        pattern=_str, error=_str, skip=(_int, 0),
+        kill=(_bool, False),  # SIGKILL the calling process right after the operation instead
+    )
 
 
-class SimState(BaseModel):
-    schema_: str = Field(STATE_SCHEMA, alias="schema")
-    machine: dict  # the MachineSpec it was built from (model_dump)
-    generation: int = 0
-    functions: dict[str, Function] = Field(default_factory=dict)
-    modules: dict[str, dict[str, str]] = Field(default_factory=dict)  # loaded: name -> params
-    module_versions: dict[str, str] = Field(default_factory=dict)
-    available_modules: list[str] = Field(default_factory=list)
-    iommu: bool = True
-    cmdline: str = ""
-    cpu_vendor: str = "AuthenticAMD"
-    hugepages: dict[str, int] = Field(default_factory=dict)  # "2048" / "1048576" -> count
-    holders: dict[str, Holder] = Field(default_factory=dict)
-    next_pid: int = 4000
-    next_group: int = 0
-    clock_us: int = 5_000_000  # dmesg timestamp, microseconds since boot
-    gim_saved: dict[str, GimSaved] = Field(default_factory=dict)
-    gim_config: dict[str, list[str]] = Field(default_factory=dict)  # GIM's effective per-GPU settings
-    dynamic_ids: dict[str, list[str]] = Field(default_factory=dict)  # driver -> "vvvv dddd" (new_id)
-    faults: list[Fault] = Field(default_factory=list)
+class SimState(_Record):
+    __slots__, _FIELDS = _fields(
+        schema_=(_str, STATE_SCHEMA, "schema"),
+        machine=_object,  # the MachineSpec it was built from (model_dump(mode="json"))
+        generation=(_int, 0),
+        functions=(_dict(Function.from_json), dict),
+        modules=(_dict(_dict(_str)), dict),  # loaded: name -> params
+        module_versions=(_dict(_str), dict),
+        available_modules=(_list(_str), list),
+        iommu=(_bool, True), cmdline=(_str, ""), cpu_vendor=(_str, "AuthenticAMD"),
+        hugepages=(_dict(_int), dict),  # "2048" / "1048576" -> count
+        holders=(_dict(Holder.from_json), dict),
+        next_pid=(_int, 4000), next_group=(_int, 0),
+        clock_us=(_int, 5_000_000),  # dmesg timestamp, microseconds since boot
+        gim_saved=(_dict(GimSaved.from_json), dict),
+        gim_config=(_dict(_list(_str)), dict),  # GIM's effective per-GPU settings
+        dynamic_ids=(_dict(_list(_str)), dict),  # driver -> "vvvv dddd" (new_id)
+        faults=(_list(Fault.from_json), list),
+    )
+    _FORBID_EXTRA = True
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    @classmethod
+    def from_json(cls, data: Any) -> SimState:
+        state = super().from_json(data)
+        state._names_are_kernel_names()
+        return state
 
-    @model_validator(mode="after")
-    def _names_are_kernel_names(self) -> "SimState":
+    def _names_are_kernel_names(self) -> None:
         """Names become paths under root/ (vgpu.sim.tree), so a hand-edited state.json is held to the
         machine spec's rules: kernel module, driver and parameter names, sysfs PCI addresses, numeric pids."""
         fs = self.functions.values()
@@ -144,8 +321,7 @@ class SimState(BaseModel):
                      *(a for f in fs for a in (f.address, f.parent, f.physfn) if a is not None)]
         bad = bad or next((a for a in addresses if not _sysfs_address(a)), None)
         if bad is not None:
-            raise ValueError(f"{bad!r} is not a kernel name, pid or PCI address")
-        return self
+            raise _Bad(f"{bad!r} is not a kernel name, pid or PCI address")
 
     def function(self, address: str) -> Function | None:
         return self.functions.get(address)
@@ -168,6 +344,8 @@ def _sysfs_address(text: str) -> bool:
         return False
 
 
+# -- the file ----------------------------------------------------------------------------------------
+
 def load_state(state_dir: Path) -> SimState:
     """Read ``state_dir/state.json``. Raises InputError when missing or corrupt."""
     return parse_state(read_state_text(state_dir), state_dir)
@@ -183,6 +361,9 @@ def read_state_text(state_dir: Path) -> str:
         raise _state_error(exc, state_dir, path) from None
 
 
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")  # a \uD800-\uDFFF escape: maybe a lone surrogate
+
+
 def parse_state(text: str, state_dir: Path) -> SimState:
     """The state that :func:`read_state_text` read from ``state_dir``. Raises InputError when corrupt."""
     path = Path(state_dir) / STATE_FILE
@@ -192,12 +373,26 @@ def parse_state(text: str, state_dir: Path) -> SimState:
         raise _state_error(exc, state_dir, path) from None
     try:
         if not isinstance(data, dict) or data.get("schema") != STATE_SCHEMA:
-            raise ValueError(f"schema is not {STATE_SCHEMA}")
-        return SimState.model_validate(data)
-    except (ValueError, ValidationError) as exc:
-        first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc).splitlines()[0]
-        raise InputError(f"simulated host state {path} is corrupt ({first})",
+            raise _Bad(f"schema is not {STATE_SCHEMA}")
+        state = SimState.from_json(data)
+        if _SURROGATE.search(text):  # a string that could not be saved (or rendered) again as UTF-8
+            try:
+                _dumps(state).encode("utf-8")
+            except UnicodeEncodeError:
+                raise _Bad("a string holds a lone surrogate (\\ud800-\\udfff)") from None
+        return state
+    except _Bad as exc:
+        raise InputError(f"simulated host state {path} is corrupt ({_problem(exc)})",
                          hint="rebuild it with `vgpu sim reset`") from None
+
+
+def _problem(exc: _Bad) -> str:
+    """"where: what", ``where`` the dotted path of the value (keys that are not plain names quoted, cut)."""
+    if not exc.loc:
+        return exc.message
+    parts = (str(p) if isinstance(p, int) or (p.isprintable() and len(p) <= 64 and p.strip() == p and p)
+             else repr(p[:64]) for p in exc.loc)
+    return f"{'.'.join(parts)}: {exc.message}"
 
 
 def _state_error(exc: InputFileError, state_dir: Path, path: Path) -> Exception:
@@ -210,10 +405,20 @@ def _state_error(exc: InputFileError, state_dir: Path, path: Path) -> Exception:
                       hint="rebuild it with `vgpu sim reset`")
 
 
+def _dumps(state: SimState) -> str:
+    """Compact JSON, keys in field order, non-ASCII as is: what pydantic's model_dump_json wrote."""
+    return json.dumps(state, separators=(",", ":"), ensure_ascii=False, default=_to_json)
+
+
+def _to_json(value: object) -> dict:
+    if isinstance(value, _Record):
+        return value.to_json()
+    raise TypeError(f"{type(value).__name__} is not part of a simulated host's state")
+
+
 def save_state(state_dir: Path, state: SimState) -> None:
     """Write the state atomically (temp file + os.replace), mode 0644."""
-    text = state.model_dump_json(by_alias=True)
-    write_atomic(Path(state_dir) / STATE_FILE, text)
+    write_atomic(Path(state_dir) / STATE_FILE, _dumps(state))
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
