@@ -38,7 +38,7 @@ with open(out, "w") as fh:
 SIM_BUILD = ("vgpu.sim.spec", "vgpu.sim.presets", "vgpu.sim.build", "vgpu.sim.gim", "vgpu.sim.modules",
              "vgpu.sim.pcicore")
 NEVER = ("jsonschema", "paramiko", "pyVmomi", "vgpu.esxi", "vgpu.rollout", "ansible_runner", *SIM_BUILD)
-PLAIN = ("rich",)  # JSON and plain-text outputs are not rendered by rich
+PLAIN = ("rich",)  # no read command's output is rendered by rich (vgpu.cli.term draws tables and styled lines)
 PROFILES = ("yaml", "vgpu.profiles", "vgpu.model.profile")
 # The simulator's state is plain records checked by vgpu.sim.state itself: opening a host for a read needs no
 # pydantic (only building a machine does, for its spec), so a command that loads no profile imports none.
@@ -87,11 +87,11 @@ SIM = ("--simulate", "--sim-dir")
 # (argv after the simulator options are added, modules that must not be imported)
 READS = [
     (("discover", "--json"), (*NEVER, *PLAIN, *PROFILES, *MODELS, "libvirt", "prometheus_client")),
-    (("discover",), (*NEVER, *PROFILES, *MODELS, "libvirt", "prometheus_client")),
+    (("discover",), (*NEVER, *PLAIN, *PROFILES, *MODELS, "libvirt", "prometheus_client")),
     (("status", "--json"), (*NEVER, *PLAIN, "prometheus_client", "vgpu.guest")),
-    (("status",), (*NEVER, "prometheus_client", "vgpu.guest")),
+    (("status",), (*NEVER, *PLAIN, "prometheus_client", "vgpu.guest")),
     (("plan", "--json", "--profile", "mi300x-4vf"), (*NEVER, *PLAIN, "prometheus_client", "vgpu.guest")),
-    (("plan", "--profile", "mi300x-4vf"), (*NEVER, "prometheus_client", "vgpu.guest")),
+    (("plan", "--profile", "mi300x-4vf"), (*NEVER, *PLAIN, "prometheus_client", "vgpu.guest")),
     (("export",), (*NEVER, *PLAIN, "libvirt", "prometheus_client", "vgpu.guest")),
     (("metrics",), (*NEVER, *PLAIN, "vgpu.guest")),
 ]
@@ -102,6 +102,12 @@ def test_a_read_command_on_a_simulated_host_imports_only_what_it_uses(tmp_path, 
     modules = imported(tmp_path, *argv, *SIM, sim_dir)
     assert "vgpu.sim.host" in modules  # the simulated host was opened: the check looked at the real path
     assert loaded(modules, absent) == []
+
+
+def test_profiles_list_draws_its_table_without_rich(tmp_path):
+    modules = imported(tmp_path, "profiles", "list")
+    assert "vgpu.cli.term" in modules
+    assert loaded(modules, (*NEVER, *PLAIN, "vgpu.sim", "libvirt")) == []
 
 
 # Every way a command reaches an existing simulated host: open it (kernel.repair validates state.json and
