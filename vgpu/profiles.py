@@ -22,7 +22,6 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Annotated, Any, Union, get_args, get_origin
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from vgpu import inputs
@@ -103,8 +102,21 @@ def load_profile_text(text: str | bytes, *, source: str = "<text>", base_dir: Pa
     return _finish(_resolve(doc), catalog)
 
 
+def load_profile_data(data: Any, *, source: str, catalog: Catalog = DEFAULT) -> Profile:
+    """Validate a resolved profile that is already data (the one a state record carries, read as JSON): the
+    checks of a file after its YAML is parsed. Being resolved, it has no ``extends`` (which would make vgpu
+    read whatever file a tampered record names)."""
+    if not isinstance(data, dict):
+        raise ProfileError([f"{source}: a profile is a mapping (key: value), not a {type(data).__name__}"])
+    if "extends" in data:
+        raise ProfileError([f"{source}: extends: not allowed here (a recorded profile is already resolved)"])
+    return _finish(_resolve(_Doc(source, f"data:{source}", data, None, "profile")), catalog)
+
+
 def dump_profile(profile: Profile) -> str:
     """The resolved profile as YAML, which load_profile_text() reads back to an equal profile."""
+    import yaml  # here: reading profiles goes through vgpu.inputs, and status reads its record as JSON
+
     data = profile.to_dict()
     if not data.get("validation"):
         data.pop("validation", None)

@@ -7,7 +7,6 @@ back and planning zero steps against the same profile.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -123,7 +122,8 @@ def host_status(target: HostTarget, inv: Inventory | None = None) -> StatusResul
         planned = planned_vms(profile, desired, inv)
     except (RefusedError, InputError):
         planned = PlannedVms(None)  # the capability items already say why
-    items += vm_items(planned.vms, vm_view(target, inv, warnings).domains)
+    if planned.vms:  # the hypervisor is asked only about VMs the profile assigns functions to
+        items += vm_items(planned.vms, vm_view(target, inv, warnings).domains)
     return StatusResult(profile.name, items, warnings, unfinished)
 
 
@@ -271,7 +271,7 @@ def recorded_profile(target: HostTarget):
 
 def parse_record(text: str | None, where: str):
     """The profile in a state record (vgpu/persist.py), or None when there is none."""
-    from vgpu.profiles import load_profile_text
+    from vgpu.profiles import load_profile_data
 
     if text is None:
         return None
@@ -283,7 +283,7 @@ def parse_record(text: str | None, where: str):
     except (KeyError, TypeError) as exc:
         raise InputError(f"{where} is corrupt: {exc}",
                          hint="run `vgpu provision --profile NAME` again to rewrite it") from exc
-    return load_profile_text(json.dumps(spec), source=where)
+    return load_profile_data(spec, source=where)
 
 
 def is_sriov(profile) -> bool:

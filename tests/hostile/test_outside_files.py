@@ -300,6 +300,31 @@ def test_recorded_state_file(sim, how):
     watch.unchanged()
 
 
+# A record that is well-formed JSON but whose profile is not: checked like a profile file (status reads it as
+# JSON, without a YAML round trip), one line naming the record and the problem, nothing changed.
+RECORDED_SPECS = {
+    "list": ([1, 2], "a profile is a mapping"),
+    "no-version": ({"gpu": {"model": "MI300X"}}, "version: missing"),
+    "unknown-key": ({"version": "v1", "name": "x", "gpu": {"model": "MI300X", "mode": "sriov", "vfs_per_gpu": 4},
+                     "hypervisor": "kvm", "evil": 1}, "evil"),
+    "extends-outside": ({"version": "v1", "extends": "/etc/passwd"}, "extends"),
+    "bad-escape": ({"version": "v1", "name": "\x1b[31mred", "gpu": {"model": "MI300X"}}, "vgpu/state.json"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(RECORDED_SPECS))
+def test_recorded_profile_that_is_not_a_profile(sim, how):
+    spec, needle = RECORDED_SPECS[how]
+    record = sim / "root/etc/vgpu/state.json"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(json.dumps({"spec": spec}))
+    watch = Watch(sim / "root", sim / "state.json")
+    proc = run("status", "--simulate", "--sim-dir", str(sim), env=sim_env(sim))
+    assert_refused(proc, 5, needle)
+    assert "\x1b[31m" not in proc.stdout + proc.stderr
+    watch.unchanged()
+
+
 JOURNAL = {"fifo": "FIFO", "dev-zero": "character device", "directory": "directory", "over-cap": "4 MiB",
            "nul": "binary data", "bad-utf8": "not UTF-8", "deep": "nests deeper than 64",
            "wrong-shape": "not a vgpu.journal/v1 journal"}

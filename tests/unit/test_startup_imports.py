@@ -88,8 +88,9 @@ SIM = ("--simulate", "--sim-dir")
 READS = [
     (("discover", "--json"), (*NEVER, *PLAIN, *PROFILES, *MODELS, "libvirt", "prometheus_client")),
     (("discover",), (*NEVER, *PLAIN, *PROFILES, *MODELS, "libvirt", "prometheus_client")),
-    (("status", "--json"), (*NEVER, *PLAIN, "prometheus_client", "vgpu.guest")),
-    (("status",), (*NEVER, *PLAIN, "prometheus_client", "vgpu.guest")),
+    # status reads its record (the resolved profile) as JSON: no PyYAML
+    (("status", "--json"), (*NEVER, *PLAIN, "prometheus_client", "vgpu.guest", "yaml")),
+    (("status",), (*NEVER, *PLAIN, "prometheus_client", "vgpu.guest", "yaml")),
     (("plan", "--json", "--profile", "mi300x-4vf"), (*NEVER, *PLAIN, "prometheus_client", "vgpu.guest")),
     (("plan", "--profile", "mi300x-4vf"), (*NEVER, *PLAIN, "prometheus_client", "vgpu.guest")),
     (("export",), (*NEVER, *PLAIN, "libvirt", "prometheus_client", "vgpu.guest")),
