@@ -201,3 +201,26 @@ def test_plain_text_is_not_parsed_as_markup(env):
     env.setattr("sys.stdout", io.StringIO())
     Console().print("[bold]x[/]", markup=False)
     assert term.sys.stdout.getvalue() == "[bold]x[/]\n"
+
+
+def test_piped_into_a_pager_takes_the_width_of_the_terminal_on_stdin(env):
+    import os
+    import pty
+    import struct
+    import termios
+    import fcntl
+
+    leader, follower = pty.openpty()
+    try:
+        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 132, 0, 0))
+        saved = os.dup(0)
+        os.dup2(follower, 0)
+        try:
+            env.setattr("sys.stdout", io.StringIO())
+            assert Console().width == 132
+        finally:
+            os.dup2(saved, 0)
+            os.close(saved)
+    finally:
+        os.close(leader)
+        os.close(follower)

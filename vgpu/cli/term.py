@@ -8,7 +8,8 @@ then exits. rich's import and layout engine were a sixth of such a command's sta
 - tables in rich's default box (heavy header), the title above, a caption below;
 - every line fits the terminal: text wraps at spaces, words longer than a line fold, table columns shrink
   widest-first and wrap; columns marked ``no_wrap`` (PCI addresses) never shrink;
-- the width is ``$COLUMNS``, else the terminal's, else 80 (piped output);
+- the width is ``$COLUMNS``, else the terminal's (of the output, else of standard input or error: piped into
+  ``less``), else 80 (no terminal at all: files, CI);
 - styles only on a terminal (or with ``FORCE_COLOR``), none with ``TERM=dumb``, no colours with ``NO_COLOR``.
 
 rich stays for what only it does, redrawing in place (live views, progress bars): a :class:`Table` from here is
@@ -321,9 +322,15 @@ class Console:
         if columns.isascii() and columns.isdigit() and 0 < int(columns) < 100_000:
             return int(columns)
         try:
-            return os.get_terminal_size(self.file.fileno()).columns or 80
+            streams = [self.file.fileno()]
         except (AttributeError, ValueError, OSError):
-            return 80
+            streams = []
+        for fd in (*streams, 0, 1, 2):  # piped into less or grep: the terminal the operator reads it on
+            try:
+                return os.get_terminal_size(fd).columns or 80
+            except (ValueError, OSError):
+                continue
+        return 80
 
     @width.setter
     def width(self, value: int) -> None:
