@@ -224,3 +224,12 @@ def test_piped_into_a_pager_takes_the_width_of_the_terminal_on_stdin(env):
     finally:
         os.close(leader)
         os.close(follower)
+
+
+def test_a_cell_of_several_lines_stays_inside_its_column():
+    t = Table()
+    t.add_column("check")
+    t.add_column("what to do")
+    t.add_row("iommu", "add intel_iommu=on\nthen reboot")
+    lines = t.lines(80)
+    assert lines[3:5] == ["│ iommu │ add intel_iommu=on │", "│       │ then reboot        │"]

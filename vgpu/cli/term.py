@@ -218,7 +218,7 @@ class Table:
         widths = [max(1, cell_len(name)) for name in self.columns]
         for row, _ in self.rows:
             for i, c in enumerate(row):
-                widths[i] = max(widths[i], cell_len(c.text))
+                widths[i] = max(widths[i], *(cell_len(line) for line in c.text.split("\n")))
         return widths
 
     def natural_width(self) -> int:
@@ -277,7 +277,7 @@ class Table:
         wrapped = []
         for c, w in zip(cells, widths):
             style = f"{row_style} {c.style}".strip()
-            wrapped.append([(c.text[a:b], style) for a, b in wrap(c.text, w)])
+            wrapped.append([(line[a:b], style) for line in c.text.split("\n") for a, b in wrap(line, w)])
         height = max(len(w) for w in wrapped)
         lines = []
         for n in range(height):
