@@ -322,6 +322,31 @@ class SimState(_Record):
         bad = bad or next((a for a in addresses if not _sysfs_address(a)), None)
         if bad is not None:
             raise _Bad(f"{bad!r} is not a kernel name, pid or PCI address")
+        self._functions_are_a_tree()
+
+    def _functions_are_a_tree(self) -> None:
+        """The sysfs tree follows ``parent`` and ``physfn`` and puts BARs in ``resource`` rows, so a hand-edited
+        state must not name a function it lacks, loop, or hold a BAR outside its slots or of negative size
+        (the tree's rendering would crash or never end)."""
+        for key, f in self.functions.items():
+            where = f"functions.{key}"
+            if f.address != key:
+                raise _Bad(f"{where}.address: {f.address!r} is not its key")
+            for field in ("parent", "physfn"):
+                other = getattr(f, field)
+                if other is not None and (other == key or other not in self.functions):
+                    raise _Bad(f"{where}.{field}: {other!r} is not another function of this state")
+            seen, up = {key}, f.parent
+            while up is not None:
+                if up in seen:
+                    raise _Bad(f"{where}.parent: the chain of parents loops back to {up!r}")
+                seen.add(up)
+                up = self.functions[up].parent
+            bars = [(b, 6) for b in f.bars] + [(b, 5) for b in (f.sriov.vf_bars if f.sriov else ())]
+            for bar, top in bars:
+                if not 0 <= bar.index <= top or bar.start < 0 or bar.size < 0 or bar.flags < 0:
+                    raise _Bad(f"{where}: BAR {bar.index} (index 0-{top}, start, size and flags from 0) "
+                               "is out of range")
 
     def function(self, address: str) -> Function | None:
         return self.functions.get(address)
