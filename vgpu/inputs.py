@@ -209,6 +209,9 @@ def parse_yaml(text: str, kind: str, path: Path | str, *, max_depth: int = MAX_Y
         raise InputFileError(kind, path, yaml_problem(exc), sep=": ") from None
     except yaml.YAMLError as exc:
         raise InputFileError(kind, path, f"is not valid YAML ({' '.join(str(exc).split())[:200]})") from None
+    except ValueError as exc:  # a scalar YAML accepts that Python cannot build: 5000 digits, 2026-13-45
+        problem = "a number too long to read" if "digits" in str(exc) else f"an impossible value ({exc})"
+        raise InputFileError(kind, path, f"is not valid YAML: it holds {problem}") from None
 
 
 def _safe_loader() -> type:

@@ -133,6 +133,31 @@ def test_aliases_expanding_past_the_node_cap_are_refused(tmp_path, kind):
     watch.unchanged()
 
 
+UNBUILDABLE = {  # libyaml parses these scalars; Python's int() and date() refuse them (was exit 70)
+    "integer of 5000 digits": ("9" * 5000, "a number too long to read"),
+    "date that does not exist": ("2026-13-45", "an impossible value (month must be in 1..12)"),
+}
+UNBUILDABLE_FILES = {
+    "profile": ("p.yaml", ("plan", "--profile"), "version: v1\nname: x\ndescription: {}\n"),
+    "guests file": ("guests.yaml", ("validate", "--guests"), "version: v1\nguests: []\nnote: {}\n"),
+    "inventory": ("inventory.yaml", ("validate", "--inventory"), "all:\n  vars:\n    n: {}\n"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNBUILDABLE_FILES))
+@pytest.mark.parametrize("value", sorted(UNBUILDABLE))
+def test_yaml_scalar_python_cannot_build(sim, tmp_path, kind, value):
+    name, command, text = UNBUILDABLE_FILES[kind]
+    scalar, needle = UNBUILDABLE[value]
+    path = tmp_path / name
+    path.write_text(text.format(scalar))
+    watch = Watch(tmp_path)
+    proc = run(*command, str(path), "--simulate", "--sim-dir", str(sim), env=sim_env(sim)) if kind == "profile" \
+        else run(*command, str(path), "--report-dir", str(tmp_path / "reports"))
+    assert_refused(proc, 5, str(path), "is not valid YAML", needle)
+    watch.unchanged()
+
+
 RANGES = {
     "thirty million hosts": ("inv.ini", "[gpu]\nvm[0:30000000]\n", "names more hosts than the limit of 4096"),
     "nested ranges multiply": ("inv.ini", "vm[0:99]-[0:99]\n", "names more hosts than the limit of 4096"),
