@@ -267,3 +267,25 @@ def test_safe_keeps_ordinary_text_and_escapes_markup(monkeypatch):
     assert SGR.search(sys.stdout.getvalue())  # styles were drawn; the markup in the text was not taken as style
     assert printed.count(MARKUP) == 3
     assert safe(None) == "-"
+
+
+@pytest.mark.parametrize("stdout_errors", ["default", "strict"])
+def test_path_bytes_that_are_not_utf8_are_shown_escaped(base, tmp_path, watch, stdout_errors):
+    """A directory name with bytes that are not UTF-8 (Python keeps them as surrogates U+DC80-U+DCFF): 0x9b
+    alone is CSI to an 8-bit terminal, and was written back raw; with a strict UTF-8 stdout (a UTF-8 locale
+    without Python's UTF-8 mode) it was exit 70. Now shown as \\x9b, nothing changed."""
+    capture = Path(os.fsdecode(bytes(tmp_path) + b"/c1\x9bx\xff"))
+    shutil.copytree(base / "sim" / "root" / "sys", capture / "sys", symlinks=True)
+    seen = watch(tmp_path)
+    env = {"PYTHONIOENCODING": "utf-8:strict"} if stdout_errors == "strict" else {}
+    proc = run("discover", "--sysfs-root", str(capture / "sys"), env=env)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
+    assert b"\x9b" not in proc.stdout and b"\xff" not in proc.stdout
+    assert b"c1\\x9bx\\xff" in proc.stdout, proc.stdout[:300]
+    seen.unchanged()
+
+
+def test_safe_shows_surrogates_as_the_bytes_they_stand_for():
+    from vgpu.cli.render import safe
+    assert safe(os.fsdecode(b"a\x9bb\xff"), markup=False) == "a\\x9bb\\xff"
+    assert safe("a\ud800b", markup=False) == "a\\ud800b"

@@ -22,12 +22,17 @@ if TYPE_CHECKING:
 _STYLE = {"ok": "green", "info": "cyan", "warning": "yellow", "error": "bold red"}  # by Severity value
 
 # C0 controls (ESC, CR, BS, BEL, TAB, LF ...), DEL, C1 controls (CSI U+009B, OSC U+009D ...), bidi embeddings,
-# overrides and isolates, directional marks and the Unicode line/paragraph separators.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# overrides and isolates, directional marks and the Unicode line/paragraph separators; surrogates (a file name's
+# bytes that are not UTF-8, which Python keeps as U+DC80-U+DCFF: written back raw, 0x9b is an 8-bit CSI, and a
+# strict UTF-8 stdout cannot write them at all).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+                     "\ud800-\udfff]")
 
 
 def _visible(match: re.Match) -> str:
     code = ord(match.group())
+    if 0xdc80 <= code <= 0xdcff:  # the byte os.fsdecode could not decode
+        code -= 0xdc00
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
