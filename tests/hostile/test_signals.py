@@ -220,3 +220,36 @@ def test_sigkill_at_every_step_status_says_not_in_sync_then_provision_recovers(s
     assert again.returncode == 0, again.stderr[-2000:]
     code, as_json = status_of(sim)
     assert code == 0 and as_json["in_sync"] is True and as_json["unfinished_run"] is None, as_json
+
+
+def test_end_of_input_at_the_confirmation_question_changes_nothing(sim):
+    """Ctrl-D (or a terminal that closes without SIGHUP) at the question: click's Abort printed a bare
+    'aborted'; now one error line saying nothing was changed, exit 1 (not confirmed), host untouched."""
+    before = host_tree(sim)
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "vgpu", "provision", "--profile", PROFILE, "--simulate"],
+                            env=env_of(sim), cwd=REPO, stdin=follower, stdout=follower, stderr=follower)
+    os.close(follower)
+    seen, deadline = b"", time.monotonic() + 60
+
+    def read(timeout: float) -> bytes:
+        try:
+            return os.read(leader, 65536) if select.select([leader], [], [], timeout)[0] else b""
+        except OSError:
+            return b""
+    try:
+        while b"Apply these disruptive steps?" not in seen:
+            assert time.monotonic() < deadline and proc.poll() is None, seen[-2000:]
+            seen += read(0.1)
+        mark = len(seen)
+        os.write(leader, b"\x04")  # the terminal's end-of-file key
+        proc.wait(timeout=60)
+        while chunk := read(0.2):
+            seen += chunk
+    finally:
+        os.close(leader)
+    err = seen[mark:].decode(errors="replace").replace("\r\n", "\n")
+    assert_refused(subprocess.CompletedProcess(proc.args, proc.returncode, "", err), 1,
+                   "confirmation question", "nothing was changed")
+    assert "aborted" not in err
+    assert host_tree(sim) == before

@@ -120,6 +120,10 @@ def _confirm(plan) -> bool:
     except _Signalled as exc:
         click.echo("", err=True)
         raise InterruptedRun("interrupted at the confirmation question: nothing was changed", exc.signum) from None
+    except click.exceptions.Abort:  # end of input (Ctrl-D, a closed terminal): click printed nothing after it
+        click.echo("", err=True)
+        raise VgpuError("no answer at the confirmation question (standard input ended): nothing was changed",
+                        hint="answer y to apply the steps, or review `vgpu plan` and rerun with --yes") from None
 
 
 class _Signalled(Exception):
