@@ -256,27 +256,35 @@ def check_yaml_events(text: str, kind: str, path: Path | str, *, max_depth: int 
     depth = nodes = 0
     sizes: dict[str, int] = {}  # anchor -> nodes it stands for
     open_anchors: list[tuple[str | None, int]] = []  # per open collection: its anchor, nodes before it
+    unfinished: set[str] = set()  # anchors whose latest definition is a collection still open
     for event in yaml.parse(text, Loader=_safe_loader()):
         line = event.start_mark.line + 1 if event.start_mark else "?"
         if isinstance(event, yaml.AliasEvent):
             if not aliases:
                 raise InputFileError(kind, path, f"line {line}: YAML aliases (*{event.anchor}) are not allowed; "
                                      "write the value out", sep=": ")
+            if event.anchor in unfinished:  # the value would contain itself: endless for whoever walks it
+                raise InputFileError(kind, path, f"line {line}: the alias *{event.anchor} is inside the value "
+                                     f"&{event.anchor} names (a loop)", sep=": ")
             nodes += sizes.get(event.anchor, 1)
         elif isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > max_depth:
                 raise InputFileError(kind, path, f"line {line}: nested deeper than {max_depth} levels", sep=": ")
             open_anchors.append((event.anchor, nodes))
+            if event.anchor is not None:
+                unfinished.add(event.anchor)
             nodes += 1
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1
             anchor, before = open_anchors.pop()
             if anchor is not None:
                 sizes[anchor] = nodes - before
+                unfinished.discard(anchor)
         else:
             if isinstance(event, yaml.ScalarEvent) and event.anchor is not None:
                 sizes[event.anchor] = 1
+                unfinished.discard(event.anchor)
             nodes += 1
         if nodes > max_nodes:
             what = "YAML nodes once its aliases are expanded" if sizes else "YAML nodes"

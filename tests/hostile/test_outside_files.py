@@ -133,6 +133,25 @@ def test_aliases_expanding_past_the_node_cap_are_refused(tmp_path, kind):
     watch.unchanged()
 
 
+LOOPS = {  # an alias inside the value its anchor names: a structure that contains itself
+    "guests file": ("guests.yaml", "--guests", "version: v1\nguests: &g\n  - name: vm1\n    host: 10.0.0.1\n  - *g\n"),
+    "inventory": ("inventory.yaml", "--inventory", "all: &a\n  hosts:\n    vm1:\n  children:\n    g: *a\n"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(LOOPS))
+def test_alias_inside_its_own_anchor_is_refused(tmp_path, kind):
+    """Was a pydantic error about a nested field (guests file) or Ansible's 'maximum recursion depth exceeded'
+    (inventory): now the line of the alias and why."""
+    name, option, text = LOOPS[kind]
+    path = tmp_path / name
+    path.write_text(text)
+    watch = Watch(tmp_path)
+    proc = run("validate", option, str(path), "--report-dir", str(tmp_path / "reports"))
+    assert_refused(proc, 5, kind, str(path), "line 5: the alias", "(a loop)")
+    watch.unchanged()
+
+
 UNBUILDABLE = {  # libyaml parses these scalars; Python's int() and date() refuse them (was exit 70)
     "integer of 5000 digits": ("9" * 5000, "a number too long to read"),
     "date that does not exist": ("2026-13-45", "an impossible value (month must be in 1..12)"),
