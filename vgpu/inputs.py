@@ -228,6 +228,8 @@ def _strict_loader() -> type:
 
     class StrictLoader(_safe_loader()):
         def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            if not isinstance(node, yaml.MappingNode):  # !!set or !!map on a list: PyYAML's own error
+                return super().construct_mapping(node, deep=deep)
             seen: set[Any] = set()
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=deep)
@@ -242,6 +244,18 @@ def _strict_loader() -> type:
                                                             key_node.start_mark)
             return super().construct_mapping(node, deep=deep)
 
+        def construct_tagged_scalar(self, node: yaml.Node) -> Any:
+            """!!bool and !!timestamp on text that is not one: PyYAML fails with KeyError/AttributeError."""
+            value = self.construct_scalar(node)
+            what = "a boolean" if node.tag.endswith(":bool") else "a timestamp"
+            ok = value.lower() in self.bool_values if what == "a boolean" else self.timestamp_regexp.match(value)
+            if not ok:
+                raise yaml.constructor.ConstructorError(None, None, f"{value[:60]!r} is not {what}",
+                                                        node.start_mark)
+            return (self.construct_yaml_bool if what == "a boolean" else self.construct_yaml_timestamp)(node)
+
+    StrictLoader.add_constructor("tag:yaml.org,2002:bool", StrictLoader.construct_tagged_scalar)
+    StrictLoader.add_constructor("tag:yaml.org,2002:timestamp", StrictLoader.construct_tagged_scalar)
     return StrictLoader
 
 

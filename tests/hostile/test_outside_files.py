@@ -152,9 +152,13 @@ def test_alias_inside_its_own_anchor_is_refused(tmp_path, kind):
     watch.unchanged()
 
 
-UNBUILDABLE = {  # libyaml parses these scalars; Python's int() and date() refuse them (was exit 70)
+UNBUILDABLE = {  # libyaml parses these; building them failed inside PyYAML or Python (was exit 70)
     "integer of 5000 digits": ("9" * 5000, "a number too long to read"),
     "date that does not exist": ("2026-13-45", "an impossible value (month must be in 1..12)"),
+    # explicit tags on values that are not theirs: PyYAML's KeyError, AttributeError, TypeError (exit 70)
+    "!!bool on a word": ("!!bool maybe", "'maybe' is not a boolean"),
+    "!!timestamp on a word": ("!!timestamp junk", "'junk' is not a timestamp"),
+    "!!set on a list": ("!!set [a]", "expected a mapping node, but found sequence"),
 }
 UNBUILDABLE_FILES = {
     "profile": ("p.yaml", ("plan", "--profile"), "version: v1\nname: x\ndescription: {}\n"),
@@ -173,7 +177,7 @@ def test_yaml_scalar_python_cannot_build(sim, tmp_path, kind, value):
     watch = Watch(tmp_path)
     proc = run(*command, str(path), "--simulate", "--sim-dir", str(sim), env=sim_env(sim)) if kind == "profile" \
         else run(*command, str(path), "--report-dir", str(tmp_path / "reports"))
-    assert_refused(proc, 5, str(path), "is not valid YAML", needle)
+    assert_refused(proc, 5, str(path), "not valid YAML", needle)
     watch.unchanged()
 
 
