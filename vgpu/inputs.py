@@ -244,18 +244,20 @@ def _strict_loader() -> type:
                                                             key_node.start_mark)
             return super().construct_mapping(node, deep=deep)
 
-        def construct_tagged_scalar(self, node: yaml.Node) -> Any:
-            """!!bool and !!timestamp on text that is not one: PyYAML fails with KeyError/AttributeError."""
+        def construct_checked_scalar(self, node: yaml.Node) -> Any:
+            """A bool, timestamp, int or float, explicitly tagged (!!bool maybe, !!int '') or not: on text that
+            is not one, PyYAML's constructors fail with KeyError, AttributeError or IndexError."""
             value = self.construct_scalar(node)
-            what = "a boolean" if node.tag.endswith(":bool") else "a timestamp"
-            ok = value.lower() in self.bool_values if what == "a boolean" else self.timestamp_regexp.match(value)
-            if not ok:
+            kind = node.tag.rpartition(":")[2]
+            try:
+                return getattr(self, f"construct_yaml_{kind}")(node)
+            except (KeyError, AttributeError, IndexError):
+                what = {"bool": "a boolean", "timestamp": "a timestamp", "int": "an integer"}.get(kind, "a number")
                 raise yaml.constructor.ConstructorError(None, None, f"{value[:60]!r} is not {what}",
-                                                        node.start_mark)
-            return (self.construct_yaml_bool if what == "a boolean" else self.construct_yaml_timestamp)(node)
+                                                        node.start_mark) from None
 
-    StrictLoader.add_constructor("tag:yaml.org,2002:bool", StrictLoader.construct_tagged_scalar)
-    StrictLoader.add_constructor("tag:yaml.org,2002:timestamp", StrictLoader.construct_tagged_scalar)
+    for kind in ("bool", "timestamp", "int", "float"):
+        StrictLoader.add_constructor(f"tag:yaml.org,2002:{kind}", StrictLoader.construct_checked_scalar)
     return StrictLoader
 
 

@@ -159,6 +159,7 @@ UNBUILDABLE = {  # libyaml parses these; building them failed inside PyYAML or P
     "!!bool on a word": ("!!bool maybe", "'maybe' is not a boolean"),
     "!!timestamp on a word": ("!!timestamp junk", "'junk' is not a timestamp"),
     "!!set on a list": ("!!set [a]", "expected a mapping node, but found sequence"),
+    "!!int on nothing": ("!!int ''", "'' is not an integer"),
 }
 UNBUILDABLE_FILES = {
     "profile": ("p.yaml", ("plan", "--profile"), "version: v1\nname: x\ndescription: {}\n"),
