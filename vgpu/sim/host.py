@@ -108,7 +108,7 @@ class SimHost:
                              hint="create one with `vgpu sim reset --sim-dir DIR` in a new directory")
         host = cls(state_dir)
         state = host.kernel.repair()  # validates, and repairs a tree a crash left behind
-        host._machine_name = _name_of(state.machine)
+        host._machine_name = _name_of(state.machine, host.state_dir)
         return host
 
     @staticmethod
@@ -130,14 +130,13 @@ class SimHost:
 
     @property
     def machine(self) -> MachineSpec:
-        from vgpu.sim.spec import MachineSpec
-        return MachineSpec.model_validate(self.state.machine)
+        return _spec_of(self.state.machine, self.state_dir)
 
     @property
     def machine_name(self) -> str:
         """The machine's name, as ``machine.name``, without building the spec's models for a plain name."""
         if self._machine_name is None:
-            self._machine_name = _name_of(self.state.machine)
+            self._machine_name = _name_of(self.state.machine, self.state_dir)
         return self._machine_name
 
     @property
@@ -174,12 +173,26 @@ class SimHost:
         self.kernel.transaction(f"remove_holder:{pid}", remove, faultable=False)
 
 
-def _name_of(machine: dict) -> str:
+def _name_of(machine: dict, state_dir: Path) -> str:
     name = machine.get("name")
     if isinstance(name, str) and _PLAIN_NAME.fullmatch(name):
         return name
+    return _spec_of(machine, state_dir).name  # not a name a spec can have: says what is wrong
+
+
+def _spec_of(machine: dict, state_dir: Path) -> MachineSpec:
+    """The machine spec a state was built from; a hand-edited one that is not a spec is corrupt state."""
+    from pydantic import ValidationError
+
+    from vgpu.inputs import validation_problem
     from vgpu.sim.spec import MachineSpec
-    return MachineSpec.model_validate(machine).name  # not a name a spec can have: says what is wrong
+    from vgpu.sim.state import STATE_FILE
+    try:
+        return MachineSpec.model_validate(machine)
+    except ValidationError as exc:
+        raise InputError(f"simulated host state {Path(state_dir) / STATE_FILE} is corrupt "
+                         f"(machine: {validation_problem(exc, limit=120)})",
+                         hint="rebuild it with `vgpu sim reset`") from None
 
 
 # A simulator directory is recognised only by this file, which vgpu writes when it builds a host
