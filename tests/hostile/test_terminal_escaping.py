@@ -246,7 +246,8 @@ def test_output_path_is_echoed_escaped(base, tmp_path, watch, command):
 @pytest.mark.parametrize("char,shown", [
     ("\x1b", "\\x1b"), ("\x07", "\\x07"), ("\r", "\\x0d"), ("\n", "\\x0a"), ("\t", "\\x09"), ("\x00", "\\x00"),
     ("\x7f", "\\x7f"), ("\x9b", "\\x9b"), ("\x9d", "\\x9d"), ("\u202a", "\\u202a"), ("\u202e", "\\u202e"),
-    ("\u2066", "\\u2066"), ("\u2069", "\\u2069"), ("\u200f", "\\u200f"), ("\u2028", "\\u2028")])
+    ("\u2066", "\\u2066"), ("\u2069", "\\u2069"), ("\u200f", "\\u200f"), ("\u2028", "\\u2028"),
+    ("\u200b", "\\u200b"), ("\u200d", "\\u200d"), ("\u2060", "\\u2060"), ("\ufeff", "\\ufeff")])
 def test_safe_makes_each_control_visible(char, shown):
     from vgpu.cli.render import safe
     assert safe(f"a{char}b", markup=False) == f"a{shown}b"

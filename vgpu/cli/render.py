@@ -24,9 +24,10 @@ _STYLE = {"ok": "green", "info": "cyan", "warning": "yellow", "error": "bold red
 # C0 controls (ESC, CR, BS, BEL, TAB, LF ...), DEL, C1 controls (CSI U+009B, OSC U+009D ...), bidi embeddings,
 # overrides and isolates, directional marks and the Unicode line/paragraph separators; surrogates (a file name's
 # bytes that are not UTF-8, which Python keeps as U+DC80-U+DCFF: written back raw, 0x9b is an 8-bit CSI, and a
-# strict UTF-8 stdout cannot write them at all).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
-                     "\ud800-\udfff]")
+# strict UTF-8 stdout cannot write them at all); invisible characters (zero-width space, non-joiner and
+# joiner, word joiner, byte-order mark), which make "N<U+200B>PS1" look like the NPS1 an operator expects.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060\u2066-\u2069"
+                     "\ufeff\ud800-\udfff]")
 
 
 def _visible(match: re.Match) -> str:
