@@ -46,7 +46,7 @@ def snapshot(output: str, host) -> None:
     target = output_target(output, "snapshot output")  # checked before the host is read
     with open_host(host) as host_target:
         data, manifest = capture(host_target.paths)
-    write_output(target, data, "snapshot output", mode=0o600)  # it describes the host: owner only
+    write_output(target, data, "snapshot output", mode=0o600, text=False)  # it describes the host: owner only
     if target is not None:
         from vgpu.cli.render import safe
         out = safe(target, markup=False)
