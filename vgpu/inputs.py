@@ -170,15 +170,25 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"holds {name}, which JSON does not have")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"holds the key {twice[:60]!r} twice in one object")
+    return obj
+
+
 def parse_json(text: str, kind: str, path: Path | str) -> Any:
     try:
-        data = json.loads(text, parse_constant=_no_constant)  # NaN, Infinity: Python's extension, not JSON
+        # NaN, Infinity: Python's extension, not JSON; a key twice in one object: JSON leaves it undefined
+        data = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
     except RecursionError:
         raise _too_deep(kind, path, MAX_JSON_DEPTH) from None
     except json.JSONDecodeError as exc:
         raise InputFileError(kind, path, f"is not valid JSON (line {exc.lineno}, column {exc.colno}: "
                              f"{exc.msg})") from None
-    except ValueError as exc:  # NaN/Infinity, or an integer longer than Python converts (4300 digits)
+    except ValueError as exc:  # NaN/Infinity, a duplicate key, or an integer longer than Python converts
         problem = str(exc) if str(exc).startswith("holds ") else "holds a number too long to read"
         raise InputFileError(kind, path, f"is not valid JSON: it {problem}") from None
     if _depth(data) > MAX_JSON_DEPTH:

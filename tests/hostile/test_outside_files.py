@@ -336,6 +336,26 @@ def test_tracked_etc_file(sim, how, command):
     watch.unchanged()
 
 
+@pytest.mark.parametrize("which", ["simulator state", "recorded profile"])
+def test_json_with_a_key_twice_is_refused(sim, which):
+    """JSON leaves a key given twice in one object undefined (Python keeps the last): vgpu refuses it, as it
+    refuses duplicate keys in YAML, instead of acting on whichever copy a parser picks."""
+    if which == "simulator state":
+        path = sim / "state.json"
+        text = path.read_text()
+        assert text.startswith("{")
+        path.write_text('{"generation": 0, ' + text[1:])  # the real one comes later in the object
+    else:
+        path = sim / "root/etc/vgpu/state.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text('{"spec": {"version": "v1"}, "spec": {"version": "v1", "name": "\\u001b[31m"}}')
+    watch = Watch(sim / "root", sim / "state.json")
+    proc = run("status", "--simulate", "--sim-dir", str(sim), env=sim_env(sim))
+    line = assert_refused(proc, 5, "twice in one object")
+    assert "\x1b" not in line
+    watch.unchanged()
+
+
 @pytest.mark.parametrize("how", ["nul", "bad-utf8", "deep", "wrong-shape"])
 def test_recorded_state_file(sim, how):
     record = sim / "root/etc/vgpu/state.json"
