@@ -145,6 +145,11 @@ def test_sigterm_mid_provision_rolls_the_host_back_and_exits_143(tmp_path):
     assert proc.returncode == 143, out + err
     assert "interrupted by SIGTERM" in err
     assert not _ansible_playbook_left(), "ansible-playbook outlived vgpu"
+    assert_rolled_back(sim_dir)
+
+
+def assert_rolled_back(sim_dir) -> None:
+    """The interrupted provision left the simulated host as it was: no profile, no pending run, no vf_num."""
     status = subprocess.run([VGPU, "status", "--json", "--simulate", "--sim-dir", str(sim_dir)],
                             capture_output=True, text=True, timeout=120)
     doc = json.loads(status.stdout)
@@ -196,12 +201,7 @@ def test_sighup_mid_provision_stops_like_sigterm_and_exits_129(tmp_path):
     # module's temporary files on the managed host (remote_tmp, its unpacked payload) and the controller's cache
     left = sorted(p.name for p in tmp.iterdir())
     assert all(n in ("local", "remote") or (n.startswith("ansible_") and "_payload_" in n) for n in left), left
-    status = subprocess.run([VGPU, "status", "--json", "--simulate", "--sim-dir", str(sim_dir)],
-                            capture_output=True, text=True, timeout=120)
-    doc = json.loads(status.stdout)
-    assert status.returncode == 0 and doc["profile"] is None and doc["unfinished_run"] is None, status.stdout
-    assert not (sim_dir / "root" / "etc" / "gim_config").exists() or \
-        "vf_num" not in (sim_dir / "root" / "etc" / "gim_config").read_text()
+    assert_rolled_back(sim_dir)
 
 
 def _left_under(where: Path, wait: float = 10.0) -> dict[int, str]:

@@ -163,10 +163,10 @@ def test_repeated_ctrl_c_never_abandons_the_rollback(sim, tmp_path):
     assert host_tree(sim) == before
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
-def test_signal_at_the_confirmation_question_changes_nothing(sim, sig):
-    before = host_tree(sim)
-    leader, follower = pty.openpty()  # a terminal, so provision asks (stdout and stderr on it too)
+def at_the_question(sim, answer) -> tuple[int, str]:
+    """`vgpu provision` on a terminal (a pty: stdin, stdout and stderr) up to its confirmation question; then
+    ``answer(proc, leader)`` and the exit code and what it wrote after the question."""
+    leader, follower = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "vgpu", "provision", "--profile", PROFILE, "--simulate"],
                             env=env_of(sim), cwd=REPO, stdin=follower, stdout=follower, stderr=follower)
     os.close(follower)
@@ -182,17 +182,26 @@ def test_signal_at_the_confirmation_question_changes_nothing(sim, sig):
             assert time.monotonic() < deadline and proc.poll() is None, seen[-2000:]
             seen += read(0.1)
         mark = len(seen)
-        # let it block reading the answer: a signal landing between the prompt's write and the read
-        # is noticed only at the next key or signal (CPython's readline), a window no hand hits
-        time.sleep(0.3)
-        os.kill(proc.pid, sig)
+        answer(proc, leader)
         proc.wait(timeout=60)
         while chunk := read(0.2):
             seen += chunk
     finally:
         os.close(leader)
-    err = seen[mark:].decode(errors="replace").replace("\r\n", "\n")
-    assert_refused(subprocess.CompletedProcess(proc.args, proc.returncode, "", err), 128 + sig,
+    return proc.returncode, seen[mark:].decode(errors="replace").replace("\r\n", "\n")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_signal_at_the_confirmation_question_changes_nothing(sim, sig):
+    before = host_tree(sim)
+
+    def interrupt(proc, _leader) -> None:
+        # let it block reading the answer: a signal landing between the prompt's write and the read
+        # is noticed only at the next key or signal (CPython's readline), a window no hand hits
+        time.sleep(0.3)
+        os.kill(proc.pid, sig)
+    code, err = at_the_question(sim, interrupt)
+    assert_refused(subprocess.CompletedProcess([], code, "", err), 128 + sig,
                    "confirmation question", "nothing was changed")
     assert "aborted" not in err
     assert host_tree(sim) == before
@@ -226,30 +235,7 @@ def test_end_of_input_at_the_confirmation_question_changes_nothing(sim):
     """Ctrl-D (or a terminal that closes without SIGHUP) at the question: click's Abort printed a bare
     'aborted'; now one error line saying nothing was changed, exit 1 (not confirmed), host untouched."""
     before = host_tree(sim)
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "vgpu", "provision", "--profile", PROFILE, "--simulate"],
-                            env=env_of(sim), cwd=REPO, stdin=follower, stdout=follower, stderr=follower)
-    os.close(follower)
-    seen, deadline = b"", time.monotonic() + 60
-
-    def read(timeout: float) -> bytes:
-        try:
-            return os.read(leader, 65536) if select.select([leader], [], [], timeout)[0] else b""
-        except OSError:
-            return b""
-    try:
-        while b"Apply these disruptive steps?" not in seen:
-            assert time.monotonic() < deadline and proc.poll() is None, seen[-2000:]
-            seen += read(0.1)
-        mark = len(seen)
-        os.write(leader, b"\x04")  # the terminal's end-of-file key
-        proc.wait(timeout=60)
-        while chunk := read(0.2):
-            seen += chunk
-    finally:
-        os.close(leader)
-    err = seen[mark:].decode(errors="replace").replace("\r\n", "\n")
-    assert_refused(subprocess.CompletedProcess(proc.args, proc.returncode, "", err), 1,
-                   "confirmation question", "nothing was changed")
+    code, err = at_the_question(sim, lambda _proc, leader: os.write(leader, b"\x04"))  # the end-of-file key
+    assert_refused(subprocess.CompletedProcess([], code, "", err), 1, "confirmation question", "nothing was changed")
     assert "aborted" not in err
     assert host_tree(sim) == before

@@ -57,28 +57,19 @@ def _wrong(expected: str, value: object) -> _Bad:
     return _Bad(f"Input should be {expected}, not {_KINDS.get(type(value), type(value).__name__)}")
 
 
-def _int(value: Any) -> int:
-    if type(value) is int:  # not bool, which is an int to Python
-        return value
-    raise _wrong("a valid integer", value)
+def _exactly(kind: type, expected: str) -> Callable[[Any], Any]:
+    """A check that the value is of type ``kind`` itself, not a subtype (True is an int to Python, not here)."""
+    def check(value: Any) -> Any:
+        if type(value) is kind:
+            return value
+        raise _wrong(expected, value)
+    return check
 
 
-def _str(value: Any) -> str:
-    if type(value) is str:
-        return value
-    raise _wrong("a valid string", value)
-
-
-def _bool(value: Any) -> bool:
-    if type(value) is bool:
-        return value
-    raise _wrong("a valid boolean", value)
-
-
-def _object(value: Any) -> dict:
-    if type(value) is dict:
-        return value
-    raise _wrong("a valid dictionary", value)
+_int = _exactly(int, "a valid integer")
+_str = _exactly(str, "a valid string")
+_bool = _exactly(bool, "a valid boolean")
+_object = _exactly(dict, "a valid dictionary")
 
 
 _SCALARS = (_int, _str, _bool)  # checks that return the value itself
