@@ -7,6 +7,8 @@ tracebacks appear only with ``--debug``.
 
 from __future__ import annotations
 
+import signal
+
 
 class ExitCode:
     """Process exit codes. Keep in sync with docs/exit-codes.md."""
@@ -82,6 +84,14 @@ class ApplyError(VgpuError):
 
 class RemoteError(VgpuError):
     exit_code = ExitCode.REMOTE
+
+
+def interrupt_signals() -> tuple[signal.Signals, ...]:
+    """The signals that stop a vgpu run at a consistent point (InterruptedRun): SIGINT, SIGTERM, and SIGHUP
+    where it would otherwise end vgpu at once (its default); ignored (nohup) or handled by a caller (a
+    roll-out), SIGHUP is left as it is."""
+    hup = (signal.SIGHUP,) if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL else ()
+    return (signal.SIGINT, signal.SIGTERM, *hup)
 
 
 class InterruptedRun(VgpuError):

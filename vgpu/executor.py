@@ -27,7 +27,7 @@ from typing import Any
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vgpu.errors import ApplyError, HostError, InputError, InterruptedRun, LockedError, VgpuError
+from vgpu.errors import ApplyError, HostError, InputError, InterruptedRun, LockedError, VgpuError, interrupt_signals
 from vgpu.host.files import FileStore
 from vgpu.inputs import InputFileError, load_json, write_error
 from vgpu.model.plan import Plan, Step, step_from_dict
@@ -369,9 +369,7 @@ def deferred_signals() -> Iterator[_Signals]:
             os.write(2, note.encode())
 
     try:
-        held = (signal.SIGINT, signal.SIGTERM) + \
-            ((signal.SIGHUP,) if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL else ())
-        previous = {sig: signal.signal(sig, handler) for sig in held}
+        previous = {sig: signal.signal(sig, handler) for sig in interrupt_signals()}
     except ValueError:  # not the main thread
         yield state
         return

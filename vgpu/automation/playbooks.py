@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from vgpu.automation.inventory import Inventory, ansible_tool, read_inventory, stage
-from vgpu.errors import ExitCode, InputError, InterruptedRun, VgpuError
+from vgpu.errors import ExitCode, InputError, InterruptedRun, VgpuError, interrupt_signals
 
 SCHEMA = "vgpu.playbook-run/v1"
 VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # an Ansible variable vgpu passes
@@ -320,10 +320,7 @@ class _StopOnSignal:
 
     def __enter__(self) -> "_StopOnSignal":
         if threading.current_thread() is threading.main_thread():
-            taken = [signal.SIGINT, signal.SIGTERM]
-            if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL:
-                taken.append(signal.SIGHUP)
-            self._previous = {s: signal.signal(s, self._handler) for s in taken}
+            self._previous = {s: signal.signal(s, self._handler) for s in interrupt_signals()}
         return self
 
     def __exit__(self, *exc) -> None:

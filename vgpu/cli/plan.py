@@ -9,7 +9,7 @@ import sys
 import click
 
 from vgpu.cli.common import host_options, open_host
-from vgpu.errors import ExitCode, InterruptedRun, VgpuError
+from vgpu.errors import ExitCode, InterruptedRun, VgpuError, interrupt_signals
 
 
 def _profile_option(fn):
@@ -138,10 +138,7 @@ class _Signalled(Exception):
 def _signals_raise():
     def handler(signum, _frame):
         raise _Signalled(signum)
-    signals = [signal.SIGINT, signal.SIGTERM]
-    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # under nohup it stays ignored
-        signals.append(signal.SIGHUP)
-    previous = {sig: signal.signal(sig, handler) for sig in signals}
+    previous = {sig: signal.signal(sig, handler) for sig in interrupt_signals()}
     try:
         yield
     finally:
