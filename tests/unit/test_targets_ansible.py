@@ -4,6 +4,7 @@ groups, group_vars, variables, precedence, --limit patterns, and the guards vgpu
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -153,3 +154,42 @@ def test_bad_inventory_is_one_input_error(tmp_path, text, message):
 def test_duplicate_host_in_two_groups_is_one_target(tmp_path):
     t = parse("[a]\nvm ansible_port=2201\n[b]\nvm ansible_user=x\n", tmp_path)
     assert list(t) == ["vm"] and (t["vm"].endpoint.port, t["vm"].endpoint.user) == (2201, "x")
+
+
+def test_a_relative_key_is_taken_from_the_current_directory_not_the_inventorys(tmp_path, monkeypatch):
+    """Ansible's rule (ssh opens a relative IdentityFile from ansible-playbook's directory): docs/validate.md,
+    "Paths in an inventory"."""
+    (tmp_path / "inv").mkdir()
+    (tmp_path / "ctl" / "keys").mkdir(parents=True)
+    (tmp_path / "ctl" / "keys" / "id").write_text("k")
+    inv = tmp_path / "inv" / "hosts"
+    inv.write_text("[g]\nvm ansible_ssh_private_key_file=keys/id\n")
+    monkeypatch.chdir(tmp_path / "ctl")
+    assert targets_from_inventory(inv)[0].endpoint.identity == tmp_path / "ctl" / "keys" / "id"
+    monkeypatch.chdir(tmp_path / "inv")  # where the inventory is: no keys/ here, as ssh would not find one
+    with pytest.raises(InputError, match=f"identity file {tmp_path / 'inv' / 'keys' / 'id'} does not exist"):
+        targets_from_inventory(inv)
+
+
+def test_validate_known_hosts_of_the_selected_guests_is_read_like_any_inventory_path(tmp_path, monkeypatch):
+    from vgpu.guest.targets import read_inventory_targets
+
+    inv = tmp_path / "hosts"
+    inv.write_text("[g]\nvm1\nvm2\n[g:vars]\nvalidate_known_hosts=kh/known_hosts\n[h]\nother validate_known_hosts=~/kh\n"
+                   "[i]\nbare\n")
+    monkeypatch.chdir(tmp_path)
+    assert read_inventory_targets(inv, limit="g")[1] == tmp_path / "kh" / "known_hosts"
+    assert read_inventory_targets(inv, limit="other")[1] == Path("~/kh").expanduser()
+    assert read_inventory_targets(inv, limit="bare")[1] is None  # then --known-hosts' default, ~/.ssh/known_hosts
+    with pytest.raises(InputError, match=r"different validate_known_hosts files: kh/known_hosts \(vm1\), ~/kh \(other\)"):
+        read_inventory_targets(inv, limit="g,other")
+
+
+@pytest.mark.parametrize("value", ["'{{ kh }}'", "[1]", "''"])
+def test_a_validate_known_hosts_that_is_no_literal_path_is_refused(tmp_path, value):
+    from vgpu.guest.targets import read_inventory_targets
+
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(f"all:\n  hosts:\n    vm:\n      validate_known_hosts: {value}\n")
+    with pytest.raises(InputError, match=r"host vm: validate_known_hosts must be a literal path"):
+        read_inventory_targets(inv)

@@ -17,6 +17,10 @@ comes from outside:
   bounded), and host ranges are counted before Ansible expands them (at most MAX_HOSTS per
   inventory), so ``vm[0:99999999]`` is refused in milliseconds instead of eating the machine;
 - ansible-inventory runs with a timeout, an address-space limit and a cap on what it prints.
+
+Paths in an inventory (a key, a known_hosts file, a simulator directory) mean what they mean to Ansible on the
+controller: ``controller_path`` is that one rule, for every vgpu reader (docs/validate.md, "Paths in an
+inventory").
 """
 
 from __future__ import annotations
@@ -44,6 +48,24 @@ MEMORY = 2 << 30  # its address space
 MAX_OUTPUT = 64 << 20  # what it may print
 YAML_SUFFIXES = (".yml", ".yaml", ".json")  # what Ansible's yaml plugin reads; everything else is INI
 _RANGE = re.compile(r"\[([0-9a-z]+):([0-9a-z]+)(?::(\d+))?\]")
+
+
+def controller_path(value: str | os.PathLike) -> Path:
+    """A path read from an inventory variable, as Ansible uses it on the controller: ``~`` expanded, and a relative
+    path taken from the current directory, not from the inventory's. Ansible's ssh connection passes
+    ``ansible_ssh_private_key_file`` to ssh as ``IdentityFile`` with only ``~`` expanded (ansible-core 2.19,
+    plugins/connection/ssh.py), so ssh opens it from ansible-playbook's working directory. `vgpu playbook run`
+    runs ansible-playbook where vgpu was started (vgpu.automation.playbooks), and the validate role takes its
+    paths from there too (``realpath`` on the controller: a module on the local connection would run in the play's
+    directory, plugins/action/__init__.py), so vgpu and the playbooks read one inventory alike."""
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        return path
+    try:
+        return Path.cwd() / path
+    except OSError:  # the directory vgpu was started in was removed meanwhile
+        raise InputError(f"relative path {str(path)!r} in the inventory: the current directory no longer exists",
+                         hint="run vgpu from an existing directory, or give the path absolute") from None
 
 
 @dataclass

@@ -221,8 +221,8 @@ def run_playbook(name: str, inventory_path: Path, *, limit: str | None = None, e
             "ANSIBLE_NOCOLOR": "1",
         }
         flags = (["--check"] if check else []) + (["--diff"] if diff else [])
-        runner = ansible_runner.run(private_data_dir=str(pdd), project_dir=str(root / "playbooks"),
-                                    playbook=books[name].name, inventory=str(staged), limit=limit,
+        runner = ansible_runner.run(private_data_dir=str(pdd), project_dir=working_dir(root),
+                                    playbook=str(books[name]), inventory=str(staged), limit=limit,
                                     extravars=dict(extra_vars or {}), envvars=envvars, quiet=True,
                                     cmdline=" ".join(flags) or None, event_handler=tracker,
                                     cancel_callback=stop.requested, settings={"suppress_ansible_output": True})
@@ -241,6 +241,17 @@ def run_playbook(name: str, inventory_path: Path, *, limit: str | None = None, e
     if result.rc != 0 and not any(h.status in ("failed", "unreachable") for h in result.hosts):
         result.error = error or f"ansible-playbook exited {result.rc}"
     return result
+
+
+def working_dir(root: Path) -> str:
+    """Where ansible-playbook runs (ansible-runner's project_dir is its working directory): the directory vgpu was
+    started in, as when the operator runs ansible-playbook there, so the inventory's relative paths mean what
+    vgpu validate --inventory reads (vgpu.automation.inventory.controller_path); the playbooks' directory when
+    that one was removed. The playbook itself is given by its absolute path."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return str(root / "playbooks")
 
 
 def _with_every_host(results: list[HostResult], inv: Inventory, stats) -> list[HostResult]:

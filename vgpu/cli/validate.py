@@ -18,6 +18,7 @@ from vgpu.errors import InputError
 from vgpu.guest.agent.result import STATUSES
 
 DEFAULT_SIM_GUESTS = 4
+DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")  # OpenSSH's, and the validate role's validate_known_hosts default
 
 
 @click.command()
@@ -34,8 +35,9 @@ DEFAULT_SIM_GUESTS = 4
               help="Seconds one agent run may take on a guest.")
 @click.option("--connect-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
               help="Seconds for TCP connect and the SSH greeting (authentication gets twice this).")
-@click.option("--known-hosts", type=click.Path(path_type=Path), default=Path("~/.ssh/known_hosts"),
-              show_default=True, help="known_hosts file for strict host-key checking.")
+@click.option("--known-hosts", type=click.Path(path_type=Path), default=None,
+              help="known_hosts file for strict host-key checking [default: with --inventory the guests' "
+                   "validate_known_hosts, else ~/.ssh/known_hosts].")
 @click.option("--accept-new-host-keys", is_flag=True,
               help="Trust and record keys of hosts missing from known_hosts (a changed key stays refused).")
 @click.option("--identity", type=click.Path(path_type=Path),
@@ -88,7 +90,7 @@ def _remote(guests, inventory, limit, profile, known_hosts, accept_new, identity
         raise InputError("give exactly one of --guests FILE or --inventory FILE (or use --simulate)")
     if limit and not inventory:
         raise InputError("--limit applies to --inventory only")
-    targets = _read_targets(Path(guests) if guests else None, inventory, limit)
+    targets, named_known_hosts = _read_targets(Path(guests) if guests else None, inventory, limit)
     if identity is not None:
         identity = identity.expanduser()
         try:
@@ -99,20 +101,20 @@ def _remote(guests, inventory, limit, profile, known_hosts, accept_new, identity
                                            user=t.endpoint.user or user),
                        skip_workloads=t.skip_workloads or skip_workloads) for t in targets]
     jobs = [job_for(t, default_profile=profile) for t in targets]
-    kh = known_hosts.expanduser()
+    kh = (known_hosts or named_known_hosts or DEFAULT_KNOWN_HOSTS).expanduser()
     if os.path.lexists(kh):
         read_text(kh, "known_hosts")  # a regular UTF-8 file within its cap, refused here before any guest
     return jobs, SshTransport(KnownHosts(kh, accept_new=accept_new))
 
 
 def _read_targets(guests: Path | None, inventory: Path | None, limit: str | None):
-    from vgpu.guest.targets import parse_guests_file, targets_from_inventory
+    from vgpu.guest.targets import parse_guests_file, read_inventory_targets
     from vgpu.inputs import read_text
 
     if inventory:
-        return targets_from_inventory(inventory, limit=limit)
+        return read_inventory_targets(inventory, limit=limit)
     text = read_text(guests, "guests file")
-    return parse_guests_file(text, source=str(guests), base_dir=guests.resolve().parent)
+    return parse_guests_file(text, source=str(guests), base_dir=guests.resolve().parent), None
 
 
 def _simulated(count, inventory, profile, replay_dir, scenarios, skip_workloads, tmp: Path):

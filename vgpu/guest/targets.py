@@ -118,23 +118,27 @@ def parse_guests_file(text: str, *, source: str, base_dir: Path) -> list[Target]
         exp = merged["expect"]
         targets.append(_target(
             name=g.name or merged["host"], host=merged["host"], port=merged["port"], user=merged["user"],
-            identity=merged["identity"], profile=merged["profile"],
-            expect=ExpectSpec(exp.model, exp.compute, exp.memory, exp.vf) if exp else None,
+            profile=merged["profile"], expect=ExpectSpec(exp.model, exp.compute, exp.memory, exp.vf) if exp else None,
             env=merged["env"] or {}, python=merged["python"], skip=bool(merged["skip_workloads"]),
-            source=source, base_dir=base_dir))
+            source=source, key=_beside(merged["identity"], base_dir)))
     return _unique(targets, source)
 
 
-def _target(*, name: str, host: str, port: int | None, user: str | None, identity: str | None,
+def _beside(identity: str | None, base_dir: Path) -> Path | None:
+    """A guests file's identity: ``~`` expanded, a relative path from the file's directory (vgpu's own format)."""
+    if not identity:
+        return None
+    key = Path(identity).expanduser()
+    return key if key.is_absolute() else base_dir / key
+
+
+def _target(*, name: str, host: str, port: int | None, user: str | None, key: Path | None,
             profile: str | None, expect: ExpectSpec | None, env: dict[str, str], python: str | None,
-            skip: bool, source: str, base_dir: Path) -> Target:
+            skip: bool, source: str) -> Target:
     host = guest_host(host, source)
     if not _NAME.match(name) and ipv6_literal(name) is None:
         raise InputError(f"{source}: guest name {name!r} is not a plain host or guest name")
-    key = None
-    if identity:
-        key = Path(identity).expanduser()
-        key = key if key.is_absolute() else base_dir / key
+    if key is not None:
         try:
             inputs.regular_file(key, "identity file")
         except inputs.InputFileError as exc:
@@ -187,16 +191,43 @@ def _unique(targets: list[Target], source: str) -> list[Target]:
 def targets_from_inventory(path: Path, *, limit: str | None = None) -> list[Target]:
     """Targets from an Ansible inventory as Ansible parses it (vgpu.automation.inventory, the one
     inventory reader); ``limit``: an Ansible host pattern (``gpu_guests``, ``vm01,vm02``)."""
+    return read_inventory_targets(path, limit=limit)[0]
+
+
+def read_inventory_targets(path: Path, *, limit: str | None = None) -> tuple[list[Target], Path | None]:
+    """The targets, and the known_hosts file the selected hosts name in ``validate_known_hosts`` (the validate
+    role's variable; None when none does), its path read as Ansible reads it (controller_path)."""
     from vgpu.automation.inventory import read_inventory
 
     inv = read_inventory(path, limit=limit, host_level=True)
-    base_dir = Path(path).resolve().parent
-    return _unique([_from_hostvars(n, hv, inv.host_level.get(n, set()), inv.source, base_dir)
-                    for n, hv in inv.hostvars.items()], inv.source)
+    targets = _unique([_from_hostvars(n, hv, inv.host_level.get(n, set()), inv.source)
+                       for n, hv in inv.hostvars.items()], inv.source)
+    return targets, _known_hosts(inv.hostvars, inv.source)
 
 
-def _from_hostvars(name: str, hv: dict[str, Any], own: set[str], source: str, base_dir: Path) -> Target:
+def _known_hosts(hostvars: dict[str, dict[str, Any]], source: str) -> Path | None:
+    from vgpu.automation.inventory import controller_path
+
+    named = {}
+    for host, hv in hostvars.items():
+        value = hv.get("validate_known_hosts")
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value.strip() or "{{" in value:
+            raise InputError(f"inventory {source}: host {host}: validate_known_hosts must be a literal path, "
+                             f"not {value!r}"[:300])
+        named.setdefault(value, host)
+    if len(named) > 1:
+        shown = ", ".join(f"{v} ({h})" for v, h in list(named.items())[:3])
+        raise InputError(f"inventory {source}: the guests name different validate_known_hosts files: {shown}; "
+                         "vgpu validate checks host keys against one", hint="give --known-hosts FILE, or --limit "
+                         "the guests that share one")
+    return controller_path(next(iter(named))) if named else None
+
+
+def _from_hostvars(name: str, hv: dict[str, Any], own: set[str], source: str) -> Target:
     """A target from one host's variables as Ansible resolved them; ``own``: the ones the host sets itself."""
+    from vgpu.automation.inventory import controller_path
 
     def get(*aliases: str) -> Any:
         """The first of the aliases that is set, a host's own setting before a group's
@@ -234,12 +265,15 @@ def _from_hostvars(name: str, hv: dict[str, Any], own: set[str], source: str, ba
             and "{{" not in v for k, v in env.items()):
         raise InputError(f"inventory {source}: host {name}: vgpu_guest_env must map environment variable names "
                          "to literal strings")
+    identity = get("ansible_ssh_private_key_file", "ansible_private_key_file")
+    if identity is not None and (not isinstance(identity, str) or not identity.strip()):
+        raise InputError(f"inventory {source}: host {name}: ansible_ssh_private_key_file must be a path, "
+                         f"not {identity!r}"[:300])
     return _target(name=name, host=str(get("ansible_host", "ansible_ssh_host") or name), port=port,
-                   user=get("ansible_user", "ansible_ssh_user"),
-                   identity=get("ansible_ssh_private_key_file", "ansible_private_key_file"),
+                   user=get("ansible_user", "ansible_ssh_user"), key=controller_path(identity) if identity else None,
                    profile=profile or get("vgpu_guest_profile"), expect=expect, env=env,
                    python=get("ansible_python_interpreter"), skip=_boolean(get("vgpu_skip_workloads") or False),
-                   source=f"inventory {source}", base_dir=base_dir)
+                   source=f"inventory {source}")
 
 
 def _boolean(v: Any) -> bool:
