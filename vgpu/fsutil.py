@@ -32,3 +32,10 @@ def atomic_write(path: Path, data: bytes | str | Iterable[bytes], mode: int = 0o
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def absolute(path: Path | str) -> Path:
+    """``path`` as vgpu writes it into a file another program reads (an inventory, an sshd_config, a playbook's
+    variables): absolute, so it names the same file whatever directory that program runs in (sshd, for one,
+    works from /). Normalised, not resolved: a symlinked directory stays the one the user named."""
+    return Path(os.path.abspath(os.path.expanduser(path)))

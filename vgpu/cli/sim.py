@@ -118,12 +118,11 @@ def esxi(workdir: str, machine: str, vms: tuple[str, ...]) -> None:
     import secrets
     import signal
     import threading
-    from pathlib import Path
 
-    from vgpu.fsutil import atomic_write
+    from vgpu.fsutil import absolute, atomic_write
     from vgpu.sim.vcsim import EsxiSpec, Vcsim, VmSpec
 
-    work = Path(workdir)
+    work = absolute(workdir)  # the "reach it with" paths work when pasted in another directory
     work.mkdir(parents=True, exist_ok=True)
     spec = EsxiSpec(machine=machine, vms=[VmSpec(v) for v in vms], password=secrets.token_urlsafe(18))
     stop = threading.Event()

@@ -72,13 +72,14 @@ class PlaybookActions:
         return self._per_target(result, guests, "guest stack")
 
     def validate(self, guests, out, note):
+        from vgpu.fsutil import absolute
         from vgpu.guest.report import JSON_NAME
         from vgpu.guest.report import json as json_report
 
-        report_dir = out / "validate"
+        report_dir = out / "validate"  # given to the play absolute: its file lookups do not start from here
         (report_dir / JSON_NAME).unlink(missing_ok=True)  # a report left by an earlier attempt is not this run's
         result = self._run("validate", guests, {
-            "vgpu_guests": self.spec.guests_pattern, "validate_report_dir": str(report_dir),
+            "vgpu_guests": self.spec.guests_pattern, "validate_report_dir": str(absolute(report_dir)),
             "validate_profile": self.spec.guest_profile or self.spec.profile}, out, note)
         if not (report_dir / JSON_NAME).exists():
             failed = [h for h in result.hosts if h.status in ("failed", "unreachable")]

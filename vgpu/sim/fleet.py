@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from vgpu.errors import HostError, InputError
+from vgpu.fsutil import absolute
 
 MARKER = ".vgpu-fleet"
 SSHD = "/usr/sbin/sshd"
@@ -46,7 +47,9 @@ def _keygen(path: Path) -> None:
 
 
 def check_dir(d: Path, *, existing: bool) -> Path:
-    """A fleet directory: one vgpu made (its marker), or for ``create`` a new or empty one."""
+    """A fleet directory: one vgpu made (its marker), or for ``create`` a new or empty one; returned absolute
+    (vgpu.fsutil.absolute): every path the fleet writes into its inventory, sshd_config and the guests'
+    environment names the same file from any directory (sshd works from /, Ansible from its own)."""
     d = Path(d)
     if not str(d).strip() or d.resolve() in (Path("/"), Path.home().resolve(), Path.cwd().resolve()):
         raise InputError(f"fleet directory {str(d)!r}: give a directory of its own (e.g. .sim/fleet)")
@@ -57,7 +60,7 @@ def check_dir(d: Path, *, existing: bool) -> Path:
             raise InputError(f"{d} is not a simulated fleet (no {MARKER}): vgpu will not "
                              + ("use" if existing else "replace") + " it",
                              hint="vgpu sim fleet create --dir NEW-DIR")
-    return d
+    return absolute(d)
 
 
 def create(d: Path, *, hosts: int = 3, machine: str = "8xmi300x", scenarios: dict[str, str] | None = None) -> Path:
@@ -157,7 +160,8 @@ def _start_sshd(d: Path) -> int:
 
 def stop(d: Path) -> bool:
     """Stop the fleet's sshd; True when one was running."""
-    pidfile = Path(d) / "ssh" / "sshd.pid"
+    d = absolute(d)  # as create() wrote it into the sshd's command line
+    pidfile = d / "ssh" / "sshd.pid"
     try:
         pid = int(pidfile.read_text().split()[0])
     except (OSError, ValueError, IndexError):
@@ -166,7 +170,7 @@ def stop(d: Path) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    if str(Path(d) / "ssh" / "sshd_config").encode() not in cmdline:  # a recycled pid: not ours
+    if str(d / "ssh" / "sshd_config").encode() not in cmdline:  # a recycled pid: not ours
         return False
     os.kill(pid, signal.SIGTERM)
     pidfile.unlink(missing_ok=True)

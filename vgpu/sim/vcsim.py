@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vgpu.errors import HostError
+from vgpu.fsutil import absolute
 
 SOURCE = Path(__file__).resolve().parents[2] / "tools" / "vcsim" / "main.go"
 GOCODE = Path("/usr/share/gocode")
@@ -127,7 +128,7 @@ class Vcsim:
 
     def __init__(self, spec: EsxiSpec, workdir: Path, *, binary: Path | None = None):
         self.spec = spec
-        self.workdir = Path(workdir)
+        self.workdir = absolute(workdir)  # the paths given to the simulator and printed: valid from anywhere
         self.binary = binary or build()
         self.proc: subprocess.Popen | None = None
         self.url = self.thumbprint = ""
