@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from pathlib import Path
 
 from vgpu.model.inventory import Inventory
 
@@ -80,13 +81,26 @@ def registry(inv: Inventory, domains: Sequence | None, status, reports: Iterable
     return reg
 
 
+def report_files(path: Path) -> tuple[list[Path], str | None]:
+    """What one ``--report`` names: a report JSON, a ``--report-dir``, or a roll-out's ``--state-dir`` (the reports
+    of every wave and run, docs/rollout.md); and a warning for a roll-out that has validated no guest yet."""
+    from vgpu.guest.report import JSON_NAME
+    from vgpu.rollout.state import STATE_NAME, StateDir
+
+    if path.is_dir() and not (path / JSON_NAME).exists() and (path / STATE_NAME).is_file():
+        found = StateDir(path).validation_reports()
+        return found, None if found else f"roll-out {path} has no validation report yet"
+    return [path], None
+
+
 def latest_per_guest(reports: Iterable) -> dict[str, tuple[float, str, bool, float | None]]:
-    """guest -> (report time, model, passed, FP8 TFLOPS) from the newest report naming it."""
+    """guest -> (report time, model, passed, FP8 TFLOPS) from the newest report naming it; of two written in the
+    same second, the later one given (a roll-out's runs come in order: its second run of a wave wins)."""
     out: dict[str, tuple[float, str, bool, float | None]] = {}
     for report in reports:
         stamp = _epoch(report.generated)
         for g in report.guests:
-            if g.name in out and out[g.name][0] >= stamp:
+            if g.name in out and out[g.name][0] > stamp:
                 continue
             measured = {c.name: c.measured for c in g.checks}
             tflops = next((float(measured[n]) for n in FP8_CHECKS

@@ -3,6 +3,7 @@ and the reports say: modes, VFs, holders, drift, the last validation per guest."
 
 from __future__ import annotations
 
+import json
 import os
 
 from conftest import hypervisor_of, run_cli
@@ -73,3 +74,48 @@ def test_hostile_metrics_inputs_change_nothing(sim, tmp_path):
         r = run_cli("metrics", "--simulate", "--textfile", bad_out, sim_dir=host.state_dir, timeout=30)
         assert r.returncode == 5 and r.stderr.startswith("error:"), (bad_out, r.stderr)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.fifo", "sim"]  # nothing written beside them
+
+
+def test_a_rollouts_state_dir_gives_every_waves_validation_newest_run_first(sim, tmp_path):
+    """`--report STATE-DIR`: the layout vgpu rollout writes (state.json, wave-NN/run-M/validate/, docs/rollout.md).
+    Wave 1 ran twice within one second (run-9 failed, run-10 passed): by number, not by name, the later run wins;
+    wave 2's guest comes from its own report; comparison reports beside them are not validation reports."""
+    host = sim()
+    rollout = tmp_path / "rollout"
+    rollout.mkdir()
+    (rollout / "state.json").write_text("{}")  # only marks the layout: metrics reads the reports, each checked
+
+    def report(where: str, scenario: str, guests: int, generated: str) -> None:
+        out = rollout / where / "validate"
+        run_cli("validate", "--simulate", "--guests", str(guests), "--scenario", scenario, "--report-dir", str(out),
+                "--quiet", sim_dir=host.state_dir, timeout=300)
+        data = json.loads((out / "validation-report.json").read_text())
+        data["generated"] = generated
+        (out / "validation-report.json").write_text(json.dumps(data))
+
+    report("wave-01/run-9", "slow", 1, "2026-12-04T10:00:00Z")
+    report("wave-01/run-10", "healthy", 1, "2026-12-04T10:00:00Z")
+    report("wave-02/run-1", "healthy,slow", 2, "2026-12-04T11:00:00Z")  # sim-01 again, newer; sim-02 slow
+    (rollout / "wave-01" / "run-10" / "compare").mkdir()
+    (rollout / "wave-01" / "run-10" / "compare" / "comparison.json").write_text("{}")
+    fams = families(run_cli("metrics", "--simulate", "--report", str(rollout), sim_dir=host.state_dir,
+                            check_rc=0).stdout)
+    assert value(fams, "vgpu_validation_passed", guest="sim-01") == 1
+    assert value(fams, "vgpu_validation_timestamp_seconds", guest="sim-01") == 1796382000  # wave 2's, the newest
+    assert value(fams, "vgpu_validation_passed", guest="sim-02") == 0
+
+    (rollout / "wave-02" / "run-1" / "validate" / "validation-report.json").unlink()
+    fams = families(run_cli("metrics", "--simulate", "--report", str(rollout), sim_dir=host.state_dir,
+                            check_rc=0).stdout)
+    assert value(fams, "vgpu_validation_passed", guest="sim-01") == 1  # run-10 over run-9 (same second)
+    assert value(fams, "vgpu_validation_timestamp_seconds", guest="sim-01") == 1796378400
+
+
+def test_a_rollout_with_no_validation_yet_gives_the_host_metrics_and_a_warning(sim, tmp_path):
+    host = sim()
+    (tmp_path / "rollout").mkdir()
+    (tmp_path / "rollout" / "state.json").write_text("{}")
+    r = run_cli("metrics", "--simulate", "--report", str(tmp_path / "rollout"), sim_dir=host.state_dir, check_rc=0)
+    assert r.stderr == f"warning: roll-out {tmp_path / 'rollout'} has no validation report yet\n"
+    fams = families(r.stdout)
+    assert fams["vgpu_gpu_info"] and not fams.get("vgpu_validation_passed")

@@ -11,8 +11,8 @@ from vgpu.cli.common import host_options, open_host
 
 @click.command()
 @click.option("--report", "reports", multiple=True, type=click.Path(path_type=Path, readable=False),
-              metavar="FILE|DIR", help="A validation report (JSON, or a --report-dir); the newest per guest counts. "
-                                       "Repeat for several.")
+              metavar="FILE|DIR", help="A validation report (JSON, a --report-dir, or a roll-out's --state-dir: "
+                                       "every wave's); the newest per guest counts. Repeat for several.")
 @click.option("--textfile", default="-", metavar="FILE|-", show_default=True,
               help="Write here atomically (node_exporter's --collector.textfile.directory, a *.prom file); "
                    "- for standard output.")
@@ -23,7 +23,7 @@ def metrics(reports: tuple[Path, ...], textfile: str, host) -> None:
     from vgpu.cli.output import write_output
     from vgpu.cli.render import safe
     from vgpu.inputs import output_target
-    from vgpu.metrics import registry, render
+    from vgpu.metrics import registry, render, report_files
     from vgpu.planner import Refusal
 
     target_path = output_target(textfile, "metrics output")  # checked before anything is read
@@ -31,10 +31,13 @@ def metrics(reports: tuple[Path, ...], textfile: str, host) -> None:
         click.echo(f"warning: {safe(target_path.name, markup=False)}: node_exporter's textfile collector reads "
                    "only *.prom files", err=True)
     loaded = []
+    warnings: list[str] = []
     if reports:  # the report model and its readers only when there are reports to read
         from vgpu.guest.report.json import load
-        loaded = [load(p) for p in reports]
-    warnings: list[str] = []
+        for given in reports:
+            files, warning = report_files(given)
+            loaded += [load(p) for p in files]
+            warnings += [warning] if warning else []
     with open_host(host) as target:
         inv = target.discover()
         domains = None if target.read_only else target.domains(warnings, inv)

@@ -340,3 +340,15 @@ class StateDir:
     def run_dir(self, wave: int, run: int, batch: int = 1) -> Path:
         """Where one run of a wave keeps its reports (a wave split into batches: one directory per batch)."""
         return self.path / f"wave-{wave:02d}" / (f"run-{run}" + (f"-batch-{batch}" if batch > 1 else ""))
+
+    def validation_reports(self) -> list[Path]:
+        """Every validation report the roll-out's runs wrote (run_dir()/validate, as PlaybookActions.validate writes
+        them), wave by wave and run by run: `vgpu metrics --report STATE-DIR` reads them."""
+        import re
+
+        from vgpu.guest.report import JSON_NAME
+
+        def order(path: Path) -> list[int]:  # by number: run-10 after run-9
+            return [int(n) for n in re.findall(r"\d+", str(path.relative_to(self.path)))]
+
+        return sorted(self.path.glob(f"wave-[0-9][0-9]*/run-[0-9]*/validate/{JSON_NAME}"), key=order)
