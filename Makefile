@@ -125,10 +125,13 @@ deps-realkernel:
 
 venv: $(VENV)/.installed
 
+# -qq: pip's errors only (its warnings, e.g. about an unreachable extra index, and setuptools' editable-install
+# banner are noise before the demo's first step); a failed install still prints why and stops make.
 $(VENV)/.installed: pyproject.toml
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	@echo "installing vgpu and its dependencies into $(VENV) (quiet; errors are shown)"
+	@$(PY) -m pip install -qq --upgrade pip
+	@$(PY) -m pip install -qq -e '.[test]'
 	@touch $@
 
 clean:
