@@ -193,3 +193,9 @@ def test_a_validate_known_hosts_that_is_no_literal_path_is_refused(tmp_path, val
     inv.write_text(f"all:\n  hosts:\n    vm:\n      validate_known_hosts: {value}\n")
     with pytest.raises(InputError, match=r"host vm: validate_known_hosts must be a literal path"):
         read_inventory_targets(inv)
+
+
+def test_an_empty_key_is_no_key_and_a_key_that_is_no_string_is_refused(tmp_path):
+    assert parse("[g]\nvm ansible_ssh_private_key_file=''\n", tmp_path)["vm"].endpoint.identity is None
+    with pytest.raises(InputError, match=r"host vm: ansible_ssh_private_key_file must be a path, not \[1\]"):
+        parse("all:\n  hosts:\n    vm:\n      ansible_ssh_private_key_file: [1]\n", tmp_path)

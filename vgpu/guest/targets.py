@@ -227,7 +227,6 @@ def _known_hosts(hostvars: dict[str, dict[str, Any]], source: str) -> Path | Non
 
 def _from_hostvars(name: str, hv: dict[str, Any], own: set[str], source: str) -> Target:
     """A target from one host's variables as Ansible resolved them; ``own``: the ones the host sets itself."""
-    from vgpu.automation.inventory import controller_path
 
     def get(*aliases: str) -> Any:
         """The first of the aliases that is set, a host's own setting before a group's
@@ -265,15 +264,23 @@ def _from_hostvars(name: str, hv: dict[str, Any], own: set[str], source: str) ->
             and "{{" not in v for k, v in env.items()):
         raise InputError(f"inventory {source}: host {name}: vgpu_guest_env must map environment variable names "
                          "to literal strings")
-    identity = get("ansible_ssh_private_key_file", "ansible_private_key_file")
-    if identity is not None and (not isinstance(identity, str) or not identity.strip()):
-        raise InputError(f"inventory {source}: host {name}: ansible_ssh_private_key_file must be a path, "
-                         f"not {identity!r}"[:300])
     return _target(name=name, host=str(get("ansible_host", "ansible_ssh_host") or name), port=port,
-                   user=get("ansible_user", "ansible_ssh_user"), key=controller_path(identity) if identity else None,
+                   user=get("ansible_user", "ansible_ssh_user"),
+                   key=_key(get("ansible_ssh_private_key_file", "ansible_private_key_file"), name, source),
                    profile=profile or get("vgpu_guest_profile"), expect=expect, env=env,
                    python=get("ansible_python_interpreter"), skip=_boolean(get("vgpu_skip_workloads") or False),
                    source=f"inventory {source}")
+
+
+def _key(value: Any, name: str, source: str) -> Path | None:
+    """A host's ansible_ssh_private_key_file as Ansible's ssh connection takes it: "" is none, a relative path is
+    from the current directory (controller_path)."""
+    from vgpu.automation.inventory import controller_path
+
+    if value is not None and not isinstance(value, str):
+        raise InputError(f"inventory {source}: host {name}: ansible_ssh_private_key_file must be a path, "
+                         f"not {value!r}"[:300])
+    return controller_path(value) if value else None
 
 
 def _boolean(v: Any) -> bool:
