@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from cpuburn import burn_session, cpu_burners  # noqa: E402,F401  (fixtures: a busy process per core)
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
@@ -175,16 +181,38 @@ def run_play(ansible_env, fake_bin, tmp_path):
     return run
 
 
-def signal_at_pause(proc: subprocess.Popen, pause: Path, signum: int, *, timeout: float = 120) -> tuple[str, str]:
-    """Send ``signum`` to ``proc`` while the simulator holds a step (VGPU_SIM_PAUSE_AT with VGPU_SIM_PAUSE_DIR=pause),
-    then let the step finish; returns the process's stdout and stderr once it has exited."""
-    import time
+# What `vgpu playbook run` passes on to the processes of the run for the signal it got (automation/interrupt.py).
+PASSED_ON = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGTERM"}
+# Hang guards only: a run that is merely slow (a loaded machine) never reaches them; no outcome depends on them.
+HANG = 1800
 
-    deadline = time.monotonic() + timeout
-    while not (pause / "ready").exists() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.1)
-    assert (pause / "ready").exists(), proc.communicate(timeout=60)
+
+def wait_until(done, proc: subprocess.Popen | None = None, what: str = "") -> None:
+    """Poll ``done()`` until it holds: no time budget decides the outcome (HANG only catches a hung test); a
+    process that exits first fails the test with its output."""
+    deadline = time.monotonic() + HANG
+    while not done():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"exited {proc.returncode} before {what}: {proc.communicate()}")
+        assert time.monotonic() < deadline, f"hung: {what}"
+        time.sleep(0.05)
+
+
+def signalled(pause: Path) -> list[str]:
+    """The signals the paused `vgpu provision` received while it waited (vgpu/sim/hooks.py)."""
+    path = pause / "signalled"
+    return path.read_text().split() if path.exists() else []
+
+
+def signal_at_pause(proc: subprocess.Popen, pause: Path, signum: int, *, reaches: str | None = None
+                    ) -> tuple[str, str]:
+    """Send ``signum`` to ``proc`` while the simulator holds a step (VGPU_SIM_PAUSE_AT with VGPU_SIM_PAUSE_DIR=pause),
+    wait until the paused `vgpu provision` on the host has received what is passed on for it (``reaches``, default
+    PASSED_ON), then let the step finish; returns the process's stdout and stderr once it has exited. No sleep:
+    each move waits for the event it depends on."""
+    wait_until(lambda: (pause / "ready").exists(), proc, "the provision paused")
     proc.send_signal(signum)
-    time.sleep(1)
+    expected = reaches or PASSED_ON[signum]
+    wait_until(lambda: expected in signalled(pause), proc, f"vgpu on the host received {expected}")
     (pause / "go").write_text("")  # the paused step finishes: vgpu then sees the signal and rolls back
-    return proc.communicate(timeout=180)
+    return proc.communicate(timeout=HANG)
