@@ -11,14 +11,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from cpuburn import burn_session, cpu_burners  # noqa: E402,F401  (fixtures: a busy process per core)
+from loadsafe import HANG, burn_session, cpu_burners, signalled, wait_until  # noqa: E402,F401  (fixtures; no sleeps)
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
@@ -183,27 +182,6 @@ def run_play(ansible_env, fake_bin, tmp_path):
 
 # What `vgpu playbook run` passes on to the processes of the run for the signal it got (automation/interrupt.py).
 PASSED_ON = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGTERM"}
-# Hang guards only: a run that is merely slow (a loaded machine) never reaches them; no outcome depends on them.
-HANG = 1800
-
-
-def wait_until(done, proc: subprocess.Popen | None = None, what: str = "") -> None:
-    """Poll ``done()`` until it holds: no time budget decides the outcome (HANG only catches a hung test); a
-    process that exits first fails the test with its output."""
-    deadline = time.monotonic() + HANG
-    while not done():
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"exited {proc.returncode} before {what}: {proc.communicate()}")
-        assert time.monotonic() < deadline, f"hung: {what}"
-        time.sleep(0.05)
-
-
-def signalled(pause: Path) -> list[str]:
-    """The signals the paused `vgpu provision` received while it waited (vgpu/sim/hooks.py)."""
-    path = pause / "signalled"
-    return path.read_text().split() if path.exists() else []
-
-
 def signal_at_pause(proc: subprocess.Popen, pause: Path, signum: int, *, reaches: str | None = None
                     ) -> tuple[str, str]:
     """Send ``signum`` to ``proc`` while the simulator holds a step (VGPU_SIM_PAUSE_AT with VGPU_SIM_PAUSE_DIR=pause),

@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from loadsafe import HANG, burn_session, cpu_burners, signalled, wait_until  # noqa: E402,F401  (fixtures; no sleeps)
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -59,7 +62,7 @@ class Watch:
                 pytest.fail(f"{root} changed: added {added} removed {removed} changed {changed}")
 
 
-def vgpu(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = 60,
+def vgpu(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = HANG,
          input: str | None = None) -> subprocess.CompletedProcess:
     """The real ``vgpu`` entry point in its own process, as an operator runs it."""
     base = dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1", COLUMNS="200")
