@@ -161,7 +161,7 @@ def run_playbook(env: dict, workdir: Path, fake_bin: Path | None, playbook: Path
         cmd.append("--check")
     if diff:
         cmd.append("--diff")
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     try:
         doc = json.loads(proc.stdout[proc.stdout.index("{"):]) if "{" in proc.stdout else {}
     except json.JSONDecodeError:

@@ -100,7 +100,7 @@ def test_check_mode_runs_the_plan_and_secrets_never_reach_the_json(tmp_path):
     assert doc["extra_vars"]["vault_password"] == "<redacted>" and doc["extra_vars"]["api_token"] == "<redacted>"
     assert "hunter2" not in proc.stdout + proc.stderr and "s3cr3t" not in proc.stdout + proc.stderr
     status = subprocess.run([VGPU, "status", "--json", "--simulate", "--sim-dir", str(tmp_path / "sim")],
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=600)
     assert json.loads(status.stdout)["profile"] is None  # check mode changed nothing
 
 

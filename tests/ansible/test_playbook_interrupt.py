@@ -96,8 +96,9 @@ def test_the_controller_going_away_makes_vgpu_on_the_host_roll_back_on_its_own(t
     env = {**env_for(tmp_path, pause, "2:after", sims["kvm-a"]), **ansible_env}
     env["PATH"] = f"{VENV_BIN}:{env.get('PATH', '/usr/bin:/bin')}"
     plain = [a if a != "vgpu_serial=[1]" else "vgpu_serial=1" for a in EXTRA]  # -e KEY=VALUE is a string here
-    proc = subprocess.Popen([str(VENV_BIN / "ansible-playbook"), "-i", str(inv), *plain, str(PLAYBOOKS / "provision.yml")],
-                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / "ansible.err").open("w"))
+    argv = [str(VENV_BIN / "ansible-playbook"), "-i", str(inv), *plain, str(PLAYBOOKS / "provision.yml")]
+    with (tmp_path / "ansible.err").open("w") as errors:
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=errors)
     wait_until(lambda: (pause / "ready").exists(), proc, "the provision paused")
     for pid in _ansible_playbook_of(inv):  # the controller: ansible-playbook and its workers, nothing below them
         os.kill(pid, signal.SIGKILL)

@@ -191,7 +191,7 @@ def python_for_nobody() -> str:
 def as_nobody(python: str, *args: str, home: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups", "env",
                            *_env(home, **env), python, "-m", "vgpu", *args],
-                          capture_output=True, text=True, cwd="/", timeout=120)
+                          capture_output=True, text=True, cwd="/", timeout=600)
 
 
 @pytest.fixture
