@@ -279,3 +279,22 @@ def test_end_of_input_at_the_confirmation_question_changes_nothing(sim):
     assert_refused(subprocess.CompletedProcess([], code, "", err), 1, "confirmation question", "nothing was changed")
     assert "aborted" not in err
     assert host_tree(sim) == before
+
+
+def test_status_wait_reads_the_host_only_once_the_run_changing_it_has_ended(sim, tmp_path):
+    """`status --wait` (the read-back of an interrupted fleet run, docs/ansible.md): with a provision holding the
+    host lock, --wait 0 is refused at once (exit 7, naming the holder) and changes nothing; a longer wait answers
+    only after the run has ended, so it shows the run's result, never 'a run is changing this host now'."""
+    proc = provision_paused(sim, "0:before", tmp_path / "pause")
+    before = host_tree(sim)
+    refused = vgpu("status", "--simulate", "--json", "--wait", "0", env={"VGPU_SIM_DIR": str(sim)})
+    assert_refused(refused, 7, "still locked by vgpu pid")
+    assert host_tree(sim) == before
+    waiting = subprocess.Popen([sys.executable, "-m", "vgpu", "status", "--simulate", "--json", "--wait", str(HANG)],
+                               env=env_of(sim), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    (tmp_path / "pause" / "go").touch()
+    assert proc.wait(timeout=HANG) == 0
+    out, err = waiting.communicate(timeout=HANG)
+    doc = json.loads(out)
+    assert waiting.returncode == 0 and (doc["profile"], doc["in_sync"], doc["unfinished_run"]) == \
+        (PROFILE, True, None), out + err
