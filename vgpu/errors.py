@@ -100,14 +100,16 @@ def _stop_now(signum, _frame) -> None:
     raise Stopped(signum)
 
 
-def install_entry_handlers() -> None:
+def install_entry_handlers() -> dict:
     """At the CLI's entry: SIGTERM, and SIGHUP where it would end vgpu at once (its default), stop vgpu like
     Ctrl-C does (exit 143 / 129, not a bare kill); an ignored SIGHUP (nohup) stays ignored. A run that changes a
-    host defers them while a step runs (executor.deferred_signals)."""
-    if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL:
-        signal.signal(signal.SIGHUP, _stop_now)
-    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _stop_now)
+    host defers them while a step runs (executor.deferred_signals). Returns what they were, for the caller to put
+    back (main() called in-process, as tests do)."""
+    previous = {}
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            previous[sig] = signal.signal(sig, _stop_now)
+    return previous
 
 
 def interrupt_signals() -> tuple[signal.Signals, ...]:

@@ -64,10 +64,19 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
+    import signal
+
+    previous = install_entry_handlers()
+    try:
+        _main(sys.argv[1:] if argv is None else argv)
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _main(args: list[str]) -> None:
     debug = "--debug" in args
     try:
-        install_entry_handlers()
         rc = cli.main(args=args, prog_name="vgpu", standalone_mode=False)
     except VgpuError as exc:
         if debug:
