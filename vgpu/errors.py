@@ -86,12 +86,49 @@ class RemoteError(VgpuError):
     exit_code = ExitCode.REMOTE
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP where no step is running (start-up, planning, reading): raised like the KeyboardInterrupt
+    of SIGINT, so it unwinds every ``except Exception`` (atomic writes remove their temporary file) and main()
+    answers 128 + the signal, as docs/exit-codes.md promises wherever the signal arrives."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _stop_now(signum, _frame) -> None:
+    raise Stopped(signum)
+
+
+def install_entry_handlers() -> dict:
+    """At the CLI's entry: SIGTERM, and SIGHUP where it would end vgpu at once (its default), stop vgpu like
+    Ctrl-C does (exit 143 / 129, not a bare kill); an ignored SIGHUP (nohup) stays ignored. A run that changes a
+    host defers them while a step runs (executor.deferred_signals). Returns what they were, for the caller to put
+    back (main() called in-process, as tests do)."""
+    previous = {}
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            previous[sig] = signal.signal(sig, _stop_now)
+    return previous
+
+
 def interrupt_signals() -> tuple[signal.Signals, ...]:
     """The signals that stop a vgpu run at a consistent point (InterruptedRun): SIGINT, SIGTERM, and SIGHUP
-    where it would otherwise end vgpu at once (its default); ignored (nohup) or handled by a caller (a
-    roll-out), SIGHUP is left as it is."""
-    hup = (signal.SIGHUP,) if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL else ()
+    where it would otherwise end vgpu at once (its default, or the entry handler standing in for it); ignored
+    (nohup) or handled by a caller (a roll-out), SIGHUP is left as it is."""
+    hup = (signal.SIGHUP,) if signal.getsignal(signal.SIGHUP) in (signal.SIG_DFL, _stop_now) else ()
     return (signal.SIGINT, signal.SIGTERM, *hup)
+
+
+def signal_of(exc: BaseException) -> int | None:
+    """The signal behind a KeyboardInterrupt (Stopped carries its own; a bare one is SIGINT's), following the
+    exception chain: click turns a KeyboardInterrupt into Abort."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, KeyboardInterrupt):
+            return getattr(exc, "signum", signal.SIGINT)
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
 
 
 class InterruptedRun(VgpuError):
@@ -102,3 +139,4 @@ class InterruptedRun(VgpuError):
         super().__init__(message, hint=hint)
         self.signum = signum
         self.exit_code = 128 + signum
+        self.result = None  # what the run can still say (a fleet run: each host's outcome, read back)

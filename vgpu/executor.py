@@ -123,6 +123,31 @@ def lock_holder(state_dir: Path | None) -> str | None:
         os.close(fd)
 
 
+def wait_unlocked(state_dir: Path | None, timeout: float) -> None:
+    """Return once no vgpu run holds the host lock (a shared flock, released at once: nothing is written, so a
+    read-only command stays read-only); LockedError naming the holder after ``timeout`` seconds. The read-back of
+    an interrupted fleet run uses it: the host's vgpu may still be rolling back (vgpu.automation.interrupt)."""
+    if state_dir is None:
+        return
+    try:
+        fd = os.open(state_dir / "lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return  # no lock file: no run has ever held it (a missing or unreadable one: status says why)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
+                    raise LockedError(f"the host is still locked by {_holder(fd) or 'another vgpu run'}",
+                                      hint="wait for it to finish; the lock frees itself when that run ends") from exc
+                time.sleep(0.1)
+    finally:
+        os.close(fd)
+
+
 def _holder(fd: int) -> str:
     """What the run holding the lock wrote into it: "vgpu pid N since 2026-12-04T09:12:03+00:00" ("" if
     nothing; an older vgpu wrote the time of day alone)."""

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from loadsafe import HANG, burn_session, cpu_burners, signalled, wait_until  # noqa: E402,F401  (fixtures; no sleeps)
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
@@ -156,7 +161,7 @@ def run_playbook(env: dict, workdir: Path, fake_bin: Path | None, playbook: Path
         cmd.append("--check")
     if diff:
         cmd.append("--diff")
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     try:
         doc = json.loads(proc.stdout[proc.stdout.index("{"):]) if "{" in proc.stdout else {}
     except json.JSONDecodeError:
@@ -175,16 +180,17 @@ def run_play(ansible_env, fake_bin, tmp_path):
     return run
 
 
-def signal_at_pause(proc: subprocess.Popen, pause: Path, signum: int, *, timeout: float = 120) -> tuple[str, str]:
+# What `vgpu playbook run` passes on to the processes of the run for the signal it got (automation/interrupt.py).
+PASSED_ON = {signal.SIGINT: "SIGINT", signal.SIGTERM: "SIGTERM", signal.SIGHUP: "SIGTERM"}
+def signal_at_pause(proc: subprocess.Popen, pause: Path, signum: int, *, reaches: str | None = None
+                    ) -> tuple[str, str]:
     """Send ``signum`` to ``proc`` while the simulator holds a step (VGPU_SIM_PAUSE_AT with VGPU_SIM_PAUSE_DIR=pause),
-    then let the step finish; returns the process's stdout and stderr once it has exited."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not (pause / "ready").exists() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.1)
-    assert (pause / "ready").exists(), proc.communicate(timeout=60)
+    wait until the paused `vgpu provision` on the host has received what is passed on for it (``reaches``, default
+    PASSED_ON), then let the step finish; returns the process's stdout and stderr once it has exited. No sleep:
+    each move waits for the event it depends on."""
+    wait_until(lambda: (pause / "ready").exists(), proc, "the provision paused")
     proc.send_signal(signum)
-    time.sleep(1)
+    expected = reaches or PASSED_ON[signum]
+    wait_until(lambda: expected in signalled(pause), proc, f"vgpu on the host received {expected}")
     (pause / "go").write_text("")  # the paused step finishes: vgpu then sees the signal and rolls back
-    return proc.communicate(timeout=180)
+    return proc.communicate(timeout=HANG)

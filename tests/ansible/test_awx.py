@@ -205,6 +205,6 @@ def test_workflow_gates_the_fleet_wave_on_an_approval_after_the_canary(awx_colle
 def test_controller_playbook_passes_syntax_check(ansible_env):
     proc = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", "--syntax-check", str(CONTROLLER)],
                           cwd=REPO, env={**ansible_env, "ANSIBLE_STDOUT_CALLBACK": "default"},
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert PLAYBOOKS.is_dir()

@@ -20,7 +20,7 @@ def test_every_playbook_passes_syntax_check(ansible_env):
                                        "install_guest_stack.yml", "site.yml"}
     proc = subprocess.run([str(VENV_BIN / "ansible-playbook"), "-i", "localhost,", "--syntax-check", *map(str, books)],
                           cwd=REPO, env={**ansible_env, "ANSIBLE_STDOUT_CALLBACK": "default"},
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -63,7 +63,7 @@ def test_no_hint_points_at_a_playbook_that_does_not_exist():
 
 def test_ansible_doc_lists_every_role_with_its_entry_points(ansible_env):
     proc = subprocess.run([str(VENV_BIN / "ansible-doc"), "-t", "role", "-l", "vgpu.instinct"], cwd=REPO,
-                          env=ansible_env, capture_output=True, text=True, timeout=120)
+                          env=ansible_env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     listed = {line.rstrip(":") for line in proc.stdout.splitlines() if line.startswith("vgpu.instinct.")}
     assert listed == {f"vgpu.instinct.{r.name}" for r in ROLES}
@@ -74,7 +74,7 @@ def test_ansible_doc_lists_every_role_with_its_entry_points(ansible_env):
 def test_the_collection_builds_with_every_role_and_argument_spec(ansible_env, tmp_path):
     proc = subprocess.run([str(VENV_BIN / "ansible-galaxy"), "collection", "build", str(COLLECTION),
                            "--output-path", str(tmp_path)], cwd=REPO, env=ansible_env, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     with tarfile.open(tmp_path / "vgpu-instinct-0.1.0.tar.gz") as tar:
         names = set(tar.getnames())

@@ -47,7 +47,7 @@ VGPU = str(VENV_BIN / "vgpu")
 def sim_host(tmp_path: Path, machine: str = "8xmi300x") -> Path:
     sim_dir = tmp_path / "sim"
     proc = subprocess.run([VGPU, "sim", "reset", "--machine", machine, "--sim-dir", str(sim_dir)],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     return sim_dir
 
@@ -61,7 +61,7 @@ def provision_vars(sim_dir: Path, **over) -> dict:
 
 def status(sim_dir: Path) -> tuple[int, dict]:
     proc = subprocess.run([VGPU, "status", "--json", "--simulate", "--sim-dir", str(sim_dir)],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)
     return proc.returncode, json.loads(proc.stdout)
 
 
@@ -279,7 +279,7 @@ def vgpu_wheel(tmp_path_factory) -> Path:
         shutil.copy2(REPO / name, src / name)
     shutil.copytree(REPO / "vgpu", src / "vgpu", ignore=shutil.ignore_patterns("__pycache__"))
     proc = subprocess.run([str(VENV_BIN / "python"), "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                           "-w", str(out), str(src)], capture_output=True, text=True, timeout=300)
+                           "-w", str(out), str(src)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (wheel,) = out.glob("vgpu-*.whl")
     return wheel
@@ -298,7 +298,7 @@ def test_wheel_install_copies_installs_by_version_and_is_idempotent(run_play, tm
     assert {"Copy the vgpu wheel to the host", "Install vgpu into its virtualenv"} <= set(first.changed_tasks())
     assert (tmp_path / "wheels" / vgpu_wheel.name).read_bytes() == vgpu_wheel.read_bytes()
     show = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "show", "vgpu"], capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=600)
     assert "Version: 0.1.0" in show.stdout
     second = run_play(PLAYBOOKS / "provision.yml", extra)
     assert second.ok and second.changed_tasks() == []

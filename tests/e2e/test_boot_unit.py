@@ -48,7 +48,7 @@ def test_the_units_command_reapplies_the_recorded_profile_after_a_reboot(sim):
     run_cli("status", "--simulate", "--sim-dir", str(host.state_dir), sim_dir=host.state_dir, check_rc=1)
     env = dict(os.environ, PYTHONPATH=str(REPO), VGPU_SIM_DIR=str(host.state_dir))
     proc = subprocess.run([*argv, "--simulate", "--sim-dir", str(host.state_dir)], capture_output=True, text=True,
-                          env=env, cwd=REPO, timeout=120)
+                          env=env, cwd=REPO, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "verified" in proc.stdout
     run_cli("status", "--simulate", "--sim-dir", str(host.state_dir), sim_dir=host.state_dir, check_rc=0)

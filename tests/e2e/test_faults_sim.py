@@ -73,12 +73,13 @@ def test_two_concurrent_provisions_never_interleave(sim, tmp_path):
     host = sim()
     trace = tmp_path / "trace"
     env = {"VGPU_SIM_TRACE": str(trace)}
+    # --lock-timeout: the second waits for the first however long a loaded machine makes it (a hang guard)
     procs = [subprocess.Popen([sys.executable, "-m", "vgpu", "provision", "--profile", p, "--yes", "--simulate",
-                               "--sim-dir", str(host.state_dir)], cwd=REPO, stdout=subprocess.PIPE,
+                               "--sim-dir", str(host.state_dir), "--lock-timeout", "600"], cwd=REPO, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True,
                               env=dict(os.environ, PYTHONPATH=str(REPO), **env))
              for p in ("mi300x-4vf", "mi300x-8vf")]
-    codes = [p.wait(timeout=120) for p in procs]
+    codes = [p.wait(timeout=600) for p in procs]
     assert codes == [0, 0], [p.stderr.read()[-500:] for p in procs]
     pids = [line.split()[0] for line in trace.read_text().splitlines()]
     runs = [pid for i, pid in enumerate(pids) if i == 0 or pids[i - 1] != pid]
@@ -259,7 +260,7 @@ def test_the_lock_holder_is_shown_with_an_unambiguous_time_by_provision_and_stat
                               "--simulate"], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 600  # a hang guard: no outcome depends on it
         while not (pause / "ready").exists():
             assert first.poll() is None and time.monotonic() < deadline, first.communicate()
             time.sleep(0.05)
@@ -280,7 +281,7 @@ def test_the_lock_holder_is_shown_with_an_unambiguous_time_by_provision_and_stat
         assert _tree(host.state_dir) == before  # neither the refused provision nor status changed anything
     finally:
         (pause / "go").touch()
-        out, err = first.communicate(timeout=180)
+        out, err = first.communicate(timeout=600)
     assert first.returncode == 0, out + err
 
 

@@ -28,7 +28,7 @@ def test_metrics_of_a_provisioned_host_and_its_validated_guests(sim, tmp_path):
     run_cli("provision", "--profile", "mi300x-1vf", "--simulate", "--yes", sim_dir=sim_dir, check_rc=0)
     hv.set_state("gpu-vm-00", "running")
     reports = tmp_path / "reports"
-    run_cli("validate", "--simulate", "--guests", "2", "--report-dir", str(reports), sim_dir=sim_dir, timeout=300)
+    run_cli("validate", "--simulate", "--guests", "2", "--report-dir", str(reports), sim_dir=sim_dir, timeout=600)
     out = tmp_path / "vgpu.prom"
     r = run_cli("metrics", "--simulate", "--report", str(reports), "--textfile", str(out), sim_dir=sim_dir,
                 check_rc=0)
@@ -68,10 +68,10 @@ def test_hostile_metrics_inputs_change_nothing(sim, tmp_path):
     fifo = tmp_path / "report.fifo"
     os.mkfifo(fifo)
     for bad in (str(fifo), "/dev/zero", str(tmp_path / "missing.json")):
-        r = run_cli("metrics", "--simulate", "--report", bad, sim_dir=host.state_dir, timeout=30)
+        r = run_cli("metrics", "--simulate", "--report", bad, sim_dir=host.state_dir, timeout=600)
         assert r.returncode == 5 and r.stderr.startswith("error:") and r.stdout == "", (bad, r.stderr)
     for bad_out in ("/dev/null", str(tmp_path)):
-        r = run_cli("metrics", "--simulate", "--textfile", bad_out, sim_dir=host.state_dir, timeout=30)
+        r = run_cli("metrics", "--simulate", "--textfile", bad_out, sim_dir=host.state_dir, timeout=600)
         assert r.returncode == 5 and r.stderr.startswith("error:"), (bad_out, r.stderr)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.fifo", "sim"]  # nothing written beside them
 

@@ -38,7 +38,7 @@ def run(mode: str, *args: str) -> tuple[int, str]:
     if mode != "pty-80":
         env = _env(COLUMNS=str(WIDTH)) if mode == "columns-80" else _env()
         proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                              env=env, cwd=REPO, timeout=120)
+                              env=env, cwd=REPO, timeout=600)
         return proc.returncode, proc.stdout.decode()
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, WIDTH, 0, 0))
@@ -55,7 +55,7 @@ def run(mode: str, *args: str) -> tuple[int, str]:
             break
         chunks.append(data)
     os.close(master)
-    return proc.wait(timeout=120), b"".join(chunks).decode().replace("\r\n", "\n")
+    return proc.wait(timeout=600), b"".join(chunks).decode().replace("\r\n", "\n")
 
 
 def assert_fits(text: str, addresses: set[str]) -> None:
@@ -81,14 +81,14 @@ def hosts(tmp_path_factory):
     SimHost.create(root / "eight", machine="8xmi300x")
     proc = subprocess.run([sys.executable, "-m", "vgpu", "provision", "--profile", "mi300x-8vf", "--yes",
                            "--simulate", "--sim-dir", str(root / "eight")], capture_output=True, env=_env(),
-                          cwd=REPO, timeout=300)
+                          cwd=REPO, timeout=600)
     assert proc.returncode == 0, proc.stderr.decode()
     return root
 
 
 def _inventory_addresses(sim_dir: Path) -> set[str]:
     proc = subprocess.run([sys.executable, "-m", "vgpu", "discover", "--json", "--simulate", "--sim-dir",
-                           str(sim_dir)], capture_output=True, env=_env(), cwd=REPO, timeout=120, check=True)
+                           str(sim_dir)], capture_output=True, env=_env(), cwd=REPO, timeout=600, check=True)
     doc = json.loads(proc.stdout)
     return {g["address"] for g in doc["gpus"]} | {v["address"] for g in doc["gpus"] for v in g["vfs"]}
 
@@ -106,7 +106,7 @@ def test_discover_keeps_every_address_whole(hosts, machine, mode):
 def test_plan_keeps_every_address_whole(hosts, machine, profile, mode):
     args = ("plan", "--profile", profile, "--simulate", "--sim-dir", str(hosts / machine))
     wide = subprocess.run([sys.executable, "-m", "vgpu", *args], capture_output=True, text=True,
-                          env=_env(COLUMNS="400"), cwd=REPO, timeout=120)
+                          env=_env(COLUMNS="400"), cwd=REPO, timeout=600)
     rc, text = run(mode, *args)
     assert rc == wide.returncode == 3, text
     assert_fits(text, _addresses(wide.stdout))
@@ -116,7 +116,7 @@ def test_plan_keeps_every_address_whole(hosts, machine, profile, mode):
 def test_status_keeps_every_address_whole(hosts, mode):
     sim_dir = hosts / "eight"
     proc = subprocess.run([sys.executable, "-m", "vgpu", "status", "--json", "--simulate", "--sim-dir",
-                           str(sim_dir)], capture_output=True, env=_env(), cwd=REPO, timeout=120)
+                           str(sim_dir)], capture_output=True, env=_env(), cwd=REPO, timeout=600)
     subjects = {i["subject"] for i in json.loads(proc.stdout)["items"] if ADDRESS.fullmatch(i["subject"])}
     rc, text = run(mode, "status", "--simulate", "--sim-dir", str(sim_dir))
     assert rc == proc.returncode, text
@@ -125,5 +125,5 @@ def test_status_keeps_every_address_whole(hosts, mode):
 
 def test_wide_terminals_get_the_full_table(hosts):
     proc = subprocess.run([sys.executable, "-m", "vgpu", "discover", "--simulate", "--sim-dir", str(hosts / "fresh")],
-                          capture_output=True, text=True, env=_env(COLUMNS="200"), cwd=REPO, timeout=120)
+                          capture_output=True, text=True, env=_env(COLUMNS="200"), cwd=REPO, timeout=600)
     assert "64-bit BARs" in proc.stdout and "narrow terminal" not in proc.stdout

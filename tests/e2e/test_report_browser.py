@@ -255,7 +255,7 @@ def simulated(tmp_path_factory):
     base = tmp_path_factory.mktemp("simulated")
     out = base / "sim"
     run_cli("validate", "--simulate", "--guests", "4", "--scenario", "healthy,slow", "--quiet", "--report-dir",
-            str(out), sim_dir=base / "simhost", check_rc=1, timeout=300)
+            str(out), sim_dir=base / "simhost", check_rc=1, timeout=600)
     return out
 
 

@@ -13,9 +13,9 @@ from conftest import run_cli
 def test_a_slower_guest_is_a_regression_and_the_rest_is_not(sim, tmp_path):
     host = sim()
     base, cur, out = tmp_path / "before", tmp_path / "after", tmp_path / "cmp"
-    run_cli("validate", "--simulate", "--guests", "2", "--report-dir", str(base), sim_dir=host.state_dir, timeout=300)
+    run_cli("validate", "--simulate", "--guests", "2", "--report-dir", str(base), sim_dir=host.state_dir, timeout=600)
     run_cli("validate", "--simulate", "--guests", "2", "--scenario", "healthy,slow", "--report-dir", str(cur),
-            sim_dir=host.state_dir, timeout=300)
+            sim_dir=host.state_dir, timeout=600)
     r = run_cli("report", "--compare", str(base), str(cur), "--report-dir", str(out), sim_dir=host.state_dir)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "regression" in r.stdout
@@ -44,7 +44,7 @@ def test_bad_compare_inputs_are_one_line(sim, tmp_path):
     host = sim()
     for args in (["--compare", "/dev/zero", "/dev/zero"], ["--compare", str(tmp_path / "nope"), str(tmp_path)],
                  ["--compare", str(tmp_path), str(tmp_path), "--threshold", "fp8=lots"]):
-        r = run_cli("report", *args, sim_dir=host.state_dir, timeout=30)
+        r = run_cli("report", *args, sim_dir=host.state_dir, timeout=600)
         assert r.returncode == 5 and r.stderr.startswith("error:"), (args, r.stderr)
     r = run_cli("report", "--from", str(tmp_path), "--compare", str(tmp_path), str(tmp_path), sim_dir=host.state_dir)
     assert r.returncode == 2

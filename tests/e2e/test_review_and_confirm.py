@@ -87,7 +87,7 @@ def _run_on_a_terminal(args, answer: str, env: dict) -> tuple[int, str]:
     os.close(slave)
     out, answered = b"", False
     while True:
-        ready, _, _ = select.select([master], [], [], 60)
+        ready, _, _ = select.select([master], [], [], 600)  # a hang guard: silence that long is a hang
         if not ready:
             proc.kill()
             break
@@ -102,7 +102,7 @@ def _run_on_a_terminal(args, answer: str, env: dict) -> tuple[int, str]:
             os.write(master, answer.encode() + b"\n")
             answered = True
     os.close(master)
-    return proc.wait(timeout=60), out.decode(errors="replace")
+    return proc.wait(timeout=600), out.decode(errors="replace")
 
 
 @pytest.mark.parametrize("answer, rc", [("n", 1), ("y", 0)])

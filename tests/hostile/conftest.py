@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from loadsafe import HANG, burn_session, cpu_burners, signalled, wait_until  # noqa: E402,F401  (fixtures; no sleeps)
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -59,7 +62,7 @@ class Watch:
                 pytest.fail(f"{root} changed: added {added} removed {removed} changed {changed}")
 
 
-def vgpu(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = 60,
+def vgpu(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = HANG,
          input: str | None = None) -> subprocess.CompletedProcess:
     """The real ``vgpu`` entry point in its own process, as an operator runs it."""
     base = dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1", COLUMNS="200")
@@ -188,7 +191,7 @@ def python_for_nobody() -> str:
 def as_nobody(python: str, *args: str, home: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(["setpriv", "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups", "env",
                            *_env(home, **env), python, "-m", "vgpu", *args],
-                          capture_output=True, text=True, cwd="/", timeout=120)
+                          capture_output=True, text=True, cwd="/", timeout=600)
 
 
 @pytest.fixture

@@ -59,13 +59,13 @@ def paused_then(sim: Path, tmp_path: Path, profile: str, sig: signal.Signals) ->
     args = [sys.executable, "-m", "vgpu", "provision", "--profile", profile, "--yes", "--simulate"]
     proc = subprocess.Popen(args, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 600  # a hang guard: no outcome depends on it
     while not (pause / "ready").exists():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.01)
     os.kill(proc.pid, sig)
     (pause / "go").touch()
-    out, err = proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=600)
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
@@ -131,7 +131,7 @@ def case_internal(sim, tmp_path):  # a command module that cannot be imported: a
     code = ("import sys; sys.modules['vgpu.cli.common'] = None\n"
             "from vgpu.cli import main; main(['plan', '--profile', 'mi300x-4vf'])")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=60)
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=600)
     return proc, "internal error"
 
 

@@ -75,9 +75,9 @@ def test_hostile_spec_is_refused_before_anything_is_built(area, name, command):
     sim = area / "sim"
     watch = Watch(area)
     if command == "discover":
-        proc = vgpu("discover", "--simulate", str(path), "--sim-dir", str(sim), timeout=60)
+        proc = vgpu("discover", "--simulate", str(path), "--sim-dir", str(sim), timeout=600)
     else:
-        proc = vgpu("sim", "reset", "--machine", str(path), "--sim-dir", str(sim), timeout=60)
+        proc = vgpu("sim", "reset", "--machine", str(path), "--sim-dir", str(sim), timeout=600)
     assert_refused(proc, 5, needle)
     watch.unchanged()
     assert not sim.exists() and not (area / "decoy" / "pwned").exists()
@@ -90,7 +90,7 @@ def test_spec_path_that_is_not_a_regular_file(area, how, needle):
     path = area / "spec.yaml"
     hostile_file(path, how)
     watch = Watch(area)
-    proc = vgpu("discover", "--simulate", str(path), "--sim-dir", str(area / "sim"), timeout=30)
+    proc = vgpu("discover", "--simulate", str(path), "--sim-dir", str(area / "sim"), timeout=600)
     assert_refused(proc, 5, needle)
     watch.unchanged()
 
@@ -98,7 +98,7 @@ def test_spec_path_that_is_not_a_regular_file(area, how, needle):
 def test_a_sane_spec_with_module_parameters_still_builds(area):
     path = area / "spec.yaml"
     path.write_bytes(spec("  modules: {gim: {vf_num: 4}, mlx5_core: {}}\n  module_versions: {gim: 8.4.0.K}\n"))
-    proc = vgpu("discover", "--json", "--simulate", str(path), "--sim-dir", str(area / "sim"), timeout=60)
+    proc = vgpu("discover", "--json", "--simulate", str(path), "--sim-dir", str(area / "sim"), timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert (area / "sim" / "root" / "sys" / "module" / "gim" / "parameters" / "vf_num").read_text() == "4\n"
 
@@ -124,7 +124,7 @@ def test_spec_fields_that_become_paths_are_checked(area, name):
     path.write_bytes(spec(functions=functions))
     sim = area / "sim"
     watch = Watch(area)
-    proc = vgpu("discover", "--simulate", str(path), "--sim-dir", str(sim), timeout=60)
+    proc = vgpu("discover", "--simulate", str(path), "--sim-dir", str(sim), timeout=600)
     assert_refused(proc, 5, needle)
     watch.unchanged()
     assert not sim.exists()
@@ -165,7 +165,7 @@ def test_hand_edited_state_names_never_become_paths(area, built, name):
     (sim / "state.json").write_text(json.dumps(state))
     (sim / "tree-generation").write_text("999999")
     watch = Watch(area)
-    proc = vgpu("discover", "--simulate", "--sim-dir", str(sim), timeout=60)
+    proc = vgpu("discover", "--simulate", "--sim-dir", str(sim), timeout=600)
     assert_refused(proc, 5, "state.json is corrupt")
     watch.unchanged()
 

@@ -28,7 +28,7 @@ def sim(tmp_path_factory) -> Path:
 
 
 def run(command: str, sim: Path, output: str, **kw) -> subprocess.CompletedProcess:
-    return vgpu(*COMMANDS[command], "--simulate", "--sim-dir", str(sim), "-o", output, timeout=30, **kw)
+    return vgpu(*COMMANDS[command], "--simulate", "--sim-dir", str(sim), "-o", output, timeout=600, **kw)
 
 
 def device_id(path: str) -> tuple:
@@ -75,7 +75,7 @@ def test_targets_that_are_not_a_regular_file_are_refused(sim, tmp_path, command,
 def test_stdout_on_a_full_device_is_one_line(sim, command):
     with open("/dev/full", "wb") as full:
         proc = subprocess.run([sys.executable, "-m", "vgpu", *COMMANDS[command], "--simulate", "--sim-dir", str(sim),
-                               "-o", "-"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=30,
+                               "-o", "-"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=600,
                               env=dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1"))
     assert_refused(proc, 5, "standard output", "no space left")
 
@@ -83,7 +83,7 @@ def test_stdout_on_a_full_device_is_one_line(sim, command):
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_dash_is_stdout_and_a_regular_file_is_replaced(sim, tmp_path, command):
     proc = subprocess.run([sys.executable, "-m", "vgpu", *COMMANDS[command], "--simulate", "--sim-dir", str(sim),
-                           "-o", "-"], capture_output=True, timeout=30, cwd=tmp_path,
+                           "-o", "-"], capture_output=True, timeout=600, cwd=tmp_path,
                           env=dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(b"\x1f\x8b" if command == "snapshot" else b"version: v1")
@@ -139,7 +139,7 @@ def test_a_write_that_fails_midway_is_one_line_and_keeps_the_old_file(sim, tmp_p
     target.write_text("old\n")
     watch = Watch(tmp_path)
     proc = subprocess.run([sys.executable, "-m", "vgpu", *COMMANDS[command], "--simulate", "--sim-dir",
-                           str(sim), "-o", str(target)], capture_output=True, text=True, timeout=30,
+                           str(sim), "-o", str(target)], capture_output=True, text=True, timeout=600,
                           preexec_fn=_limit_file_size,
                           env=dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1", PYTHONDONTWRITEBYTECODE="1"))
     assert_refused(proc, 5, str(target), "cannot write")

@@ -95,7 +95,7 @@ def test_a_directory_vgpu_did_not_make_is_never_touched(tmp_path, command, kind,
         env["VGPU_SIM_DIR"] = value
     watch = Watch(tmp_path)
     cwd = tmp_path / ("decoy" if kind == "empty" else "home")  # '' would be the decoy; '.' is tested below
-    proc = vgpu(*args, env=env, cwd=cwd, timeout=60)
+    proc = vgpu(*args, env=env, cwd=cwd, timeout=600)
     assert_refused(proc, 5, NEEDLES[kind])
     watch.unchanged()
     assert watched.exists()
@@ -103,9 +103,9 @@ def test_a_directory_vgpu_did_not_make_is_never_touched(tmp_path, command, kind,
 
 @pytest.mark.parametrize("command", ["discover", "sim-reset", "sim-remove"])
 def test_the_file_system_root_is_refused(tmp_path, command):
-    proc = vgpu(*COMMANDS[command], "--sim-dir", "/", timeout=30)
+    proc = vgpu(*COMMANDS[command], "--sim-dir", "/", timeout=600)
     assert_refused(proc, 5, "refusing /")
-    proc = vgpu(*COMMANDS[command], env={"VGPU_SIM_DIR": "/"}, timeout=30)
+    proc = vgpu(*COMMANDS[command], env={"VGPU_SIM_DIR": "/"}, timeout=600)
     assert_refused(proc, 5, "refusing /")
     assert os.path.isdir("/root") and os.path.isdir("/etc")
 
@@ -114,20 +114,20 @@ def test_a_new_or_empty_directory_becomes_a_marked_simulated_host_that_remove_de
     empty = tmp_path / "empty"
     empty.mkdir()
     for target in (empty, tmp_path / "new" / "host"):
-        proc = vgpu("discover", "--simulate", "--sim-dir", str(target), timeout=60)
+        proc = vgpu("discover", "--simulate", "--sim-dir", str(target), timeout=600)
         assert proc.returncode == 0, proc.stderr
         assert (target / ".vgpu-sim").read_text().startswith("vgpu.sim-dir/v1\n")
-        proc = vgpu("sim", "remove", "--sim-dir", str(target), timeout=30)
+        proc = vgpu("sim", "remove", "--sim-dir", str(target), timeout=600)
         assert proc.returncode == 0, proc.stderr
         assert not target.exists()
 
 
 def test_reset_replaces_a_marked_host_but_keeps_its_neighbours(tmp_path):
     host = tmp_path / "host"
-    assert vgpu("sim", "reset", "--sim-dir", str(host), timeout=60).returncode == 0
+    assert vgpu("sim", "reset", "--sim-dir", str(host), timeout=600).returncode == 0
     (tmp_path / "neighbour.txt").write_text("keep\n")
     watch = Watch(tmp_path / "neighbour.txt")
-    proc = vgpu("sim", "reset", "--machine", "mixed", "--sim-dir", str(host), timeout=60)
+    proc = vgpu("sim", "reset", "--machine", "mixed", "--sim-dir", str(host), timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert (host / ".vgpu-sim").is_file()
     watch.unchanged()
@@ -142,13 +142,13 @@ def test_the_current_directory_and_its_parents_are_refused_even_when_empty(tmp_p
     `vgpu sim remove` then deletes with the operator standing in it."""
     (tmp_path / cwd).mkdir(parents=True)
     watch = Watch(tmp_path)
-    proc = vgpu(*COMMANDS[command], "--sim-dir", value, cwd=tmp_path / cwd, timeout=30)
+    proc = vgpu(*COMMANDS[command], "--sim-dir", value, cwd=tmp_path / cwd, timeout=600)
     assert_refused(proc, 5, "empty" if value == "" else "the current directory or one above it")
     watch.unchanged()
 
 
 def test_a_marked_host_may_be_used_from_inside_it(tmp_path):
     host = tmp_path / "host"
-    assert vgpu("sim", "reset", "--sim-dir", str(host), timeout=60).returncode == 0
-    proc = vgpu("discover", "--simulate", "--sim-dir", ".", cwd=host, timeout=60)
+    assert vgpu("sim", "reset", "--sim-dir", str(host), timeout=600).returncode == 0
+    proc = vgpu("discover", "--simulate", "--sim-dir", ".", cwd=host, timeout=600)
     assert proc.returncode == 0, proc.stderr

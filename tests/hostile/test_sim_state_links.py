@@ -51,7 +51,7 @@ def test_state_whose_functions_are_not_a_tree_is_refused(base, tmp_path, watch, 
     (sim / "state.json").write_text(json.dumps(state))
     seen = watch(sim)
     for args in (("discover",), ("plan", "--profile", "mi300x-4vf")):
-        proc = vgpu(*args, "--simulate", "--sim-dir", str(sim), timeout=60)
+        proc = vgpu(*args, "--simulate", "--sim-dir", str(sim), timeout=600)
         line = assert_refused(proc, 5, "state.json is corrupt", needle)
         assert "\x1b" not in line
     seen.unchanged()

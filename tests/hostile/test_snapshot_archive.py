@@ -62,7 +62,7 @@ class Case:
         """Run with the archive in place; everything under the test directory is hashed first."""
         self.watch = Watch(self.dir)
         args = command or ("discover",)
-        return vgpu(*args, "--snapshot", str(archive), env={"TMPDIR": str(self.tmp)}, timeout=60)
+        return vgpu(*args, "--snapshot", str(archive), env={"TMPDIR": str(self.tmp)}, timeout=600)
 
     def assert_untouched(self) -> None:
         assert self.watch is not None

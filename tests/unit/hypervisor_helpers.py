@@ -47,4 +47,4 @@ def virt_xml_validate(tmp_path: Path, xml: str) -> subprocess.CompletedProcess:
         pytest.skip("virt-xml-validate is not installed (make deps-test installs libvirt-clients)")
     path = tmp_path / "dom.xml"
     path.write_text(xml)
-    return subprocess.run([tool, str(path), "domain"], capture_output=True, text=True, timeout=60)
+    return subprocess.run([tool, str(path), "domain"], capture_output=True, text=True, timeout=600)

@@ -30,7 +30,7 @@ def expect_file(tmp_path_factory) -> Path:
 
 def run_agent(agent: Path, expect: Path, env: dict, *extra: str, cwd: Path | None = None) -> dict:
     proc = subprocess.run(["python3", "-S", str(agent), "--expect", str(expect), *extra], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -148,6 +148,6 @@ def test_agent_runs_from_the_source_tree_too(expect_file, tmp_path):
     env = sim_guest_env(tmp_path, scenario="healthy")
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
     proc = subprocess.run([sys.executable, "-m", "vgpu.guest.agent", "--expect", str(expect_file),
-                           "--skip-workloads"], env=env, capture_output=True, text=True, timeout=60)
+                           "--skip-workloads"], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert by_name(json.loads(proc.stdout))["rocminfo.gfx_target"]["status"] == "pass"

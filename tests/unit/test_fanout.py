@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -39,8 +38,8 @@ class FakeSession:
             raise TransportFailure(Outcome.TIMEOUT, "agent did not finish")
         if self.behaviour == "crash":
             raise RuntimeError("boom")
-        if self.behaviour == "slow":
-            time.sleep(0.2)
+        if self.behaviour == "slow":  # in flight until a second guest is too: no sleep deciding the overlap
+            self.pair.wait()
         return RunResult(0, json.dumps(GOOD).encode(), b"")
 
     def remove_dir(self, path: str) -> None:
@@ -58,6 +57,7 @@ class FakeTransport:
         self.in_flight = 0
         self.peak = 0
         self._lock = threading.Lock()
+        self.pair = threading.Barrier(2, timeout=600)  # the timeout is a hang guard (concurrency 1 would hang)
 
     def open(self, endpoint, timeouts):
         kind = endpoint
@@ -70,6 +70,7 @@ class FakeTransport:
             self.peak = max(self.peak, self.in_flight)
         log = self.logs.setdefault(kind, [])
         session = FakeSession(kind, log)
+        session.pair = self.pair
         close = session.close
 
         def counted_close():
@@ -128,6 +129,8 @@ def test_agent_and_expectation_are_uploaded_and_run_with_an_argument_list(agent)
 
 
 def test_concurrency_bounds_the_guests_in_flight(agent):
+    """Each slow guest stays in flight until another one is (a barrier of two): the peak is 2 whatever the load,
+    never more, and a fan-out that ran them one at a time would break the barrier and fail them."""
     transport = FakeTransport()
     rep = run_fanout([job(f"s{i}", "slow") for i in range(6)], transport, agent, concurrency=2)
     assert transport.peak == 2

@@ -60,7 +60,7 @@ def test_attach_in_one_process_is_seen_by_another(tmp_path):
               "from vgpu.model.pci import PciAddress as P;"
               "SimHypervisor(Path(sys.argv[1])).attach('vm-x', [P.parse('0000:85:02.0')],"
               " numa_node=0, bar64_bytes=64 << 30)")
-    subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True, cwd=REPO, timeout=60)
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True, cwd=REPO, timeout=600)
     hv = SimHypervisor(tmp_path)
     assert by_name(hv)["vm-x"].hostdevs == (VF0,)
     saved = hv._persistent_xml(hv._lookup("vm-x"))  # the test driver drops qemu:commandline; files keep it

@@ -26,7 +26,7 @@ def host(tmp_path):
 
 
 def run_python(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
 def test_a_change_made_by_another_process_is_seen_by_this_one(host):

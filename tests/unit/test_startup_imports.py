@@ -61,7 +61,7 @@ def imported(tmp_path: Path, *argv: str, rc: int = 0, stderr: str = "") -> set[s
     out = tmp_path / "modules.json"
     proc = subprocess.run([sys.executable, "-c", RUNNER, str(out), *argv], cwd=tmp_path,
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120)
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600)
     assert out.exists(), proc.stderr[-2000:]
     result = json.loads(out.read_text())
     assert (result["rc"] or 0) == rc, (argv, result["rc"], proc.stderr[-2000:])
@@ -131,7 +131,7 @@ def test_opening_a_simulated_host_imports_no_pydantic(tmp_path, sim_dir):
     out = tmp_path / "open.json"
     proc = subprocess.run([sys.executable, "-c", OPEN_HOST, str(out), sim_dir], cwd=tmp_path,
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120)
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(out.read_text())
     assert (result["name"], result["functions"] > 100) == ("8xmi300x", True)

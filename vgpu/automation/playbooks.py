@@ -8,21 +8,19 @@ result per host: ok, changed, failed or unreachable, with the failing task and i
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
 import sys
 import tempfile
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vgpu.automation import interrupt
 from vgpu.automation.inventory import Inventory, ansible_tool, read_inventory, stage
-from vgpu.errors import ExitCode, InputError, InterruptedRun, VgpuError, interrupt_signals
+from vgpu.errors import ExitCode, InputError, InterruptedRun, VgpuError
 
 SCHEMA = "vgpu.playbook-run/v1"
 VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # an Ansible variable vgpu passes
@@ -97,11 +95,19 @@ class HostResult:
     task: str | None = None  # the task running now, then the failing one
     failed_task: str | None = None
     message: str | None = None
+    provision_started: bool = False  # a vgpu_provision task started on it
+    # an interrupted run only (vgpu.automation.interrupt): applied | rolled back | unknown | not started, and
+    # what the host said when it was read back after the stop
+    outcome: str | None = None
+    read_back: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"host": self.host, "status": self.status, "ok": self.ok, "changed": self.changed,
-                "failed": self.failed, "unreachable": self.unreachable, "skipped": self.skipped,
-                "failed_task": self.failed_task, "message": self.message}
+        out = {"host": self.host, "status": self.status, "ok": self.ok, "changed": self.changed,
+               "failed": self.failed, "unreachable": self.unreachable, "skipped": self.skipped,
+               "failed_task": self.failed_task, "message": self.message}
+        if self.outcome is not None:
+            out.update(outcome=self.outcome, read_back=self.read_back)
+        return out
 
 
 @dataclass
@@ -115,9 +121,12 @@ class RunResult:
     rc: int
     hosts: list[HostResult] = field(default_factory=list)
     error: str | None = None  # a failure no host explains (a syntax error, no host matched)
+    interrupted: int | None = None  # the signal that stopped the run
 
     @property
     def exit_code(self) -> int:
+        if self.interrupted is not None:
+            return 128 + self.interrupted
         if any(h.status == "unreachable" for h in self.hosts):
             return ExitCode.REMOTE
         if any(h.status == "failed" for h in self.hosts):
@@ -128,7 +137,8 @@ class RunResult:
         return {"schema": SCHEMA, "playbook": self.playbook, "inventory": self.inventory, "limit": self.limit,
                 "check": self.check, "extra_vars": redact(self.extra_vars), "status": self.status,
                 "ansible_rc": self.rc, "exit_code": int(self.exit_code), "error": self.error,
-                "hosts": [h.to_dict() for h in self.hosts]}
+                "hosts": [h.to_dict() for h in self.hosts],
+                **({"interrupted": signal.Signals(self.interrupted).name} if self.interrupted else {})}
 
 
 class Tracker:
@@ -151,6 +161,8 @@ class Tracker:
             self.task = data.get("task") or data.get("name")
         elif kind == "runner_on_start" and name:
             self.host(name).task = data.get("task")
+            if str(data.get("task_action", "")).endswith("vgpu_provision"):
+                self.host(name).provision_started = True
         elif kind in ("runner_on_ok", "runner_item_on_ok") and name and kind == "runner_on_ok":
             h = self.host(name)
             h.ok += 1
@@ -208,7 +220,7 @@ def run_playbook(name: str, inventory_path: Path, *, limit: str | None = None, e
     import ansible_runner
 
     tracker = Tracker(on_change)
-    stop = _StopOnSignal()
+    stop = interrupt.StopOnSignal()
     with tempfile.TemporaryDirectory(prefix="vgpu-playbook-") as tmp, stop:
         pdd = Path(tmp)
         (pdd / "inventory").mkdir()
@@ -228,16 +240,13 @@ def run_playbook(name: str, inventory_path: Path, *, limit: str | None = None, e
                                     cancel_callback=stop.requested, settings={"suppress_ansible_output": True})
         error = _runner_error(runner, tracker.lines) if runner.rc else None  # before its artifacts go
         stop.drain()
+        result = RunResult(playbook=name, inventory=str(inventory_path), limit=limit, check=check,
+                           extra_vars=dict(extra_vars or {}), status=str(runner.status), rc=int(runner.rc or 0),
+                           hosts=_with_every_host(tracker.results(), inv, tracker.stats))
+        if stop.signum is not None:
+            _read_back(result, stop.signum, staged, envvars, dict(extra_vars or {}), pdd / "readback")
     if stop.signum is not None:
-        got = signal.Signals(stop.signum).name
-        how = ": passed on" if stop.sent == stop.signum else \
-            f" (the terminal went away): passed on as {signal.Signals(stop.sent).name}"
-        raise InterruptedRun(f"interrupted by {got}{how} to ansible-playbook and the tasks it was running, which "
-                             "stopped (vgpu provision rolls back its step); hosts may be part-way through their plays "
-                             "(the roles are idempotent: run again)", stop.signum)
-    result = RunResult(playbook=name, inventory=str(inventory_path), limit=limit, check=check,
-                       extra_vars=dict(extra_vars or {}), status=str(runner.status), rc=int(runner.rc or 0),
-                       hosts=_with_every_host(tracker.results(), inv, tracker.stats))
+        raise _interrupted(result, stop)
     if result.rc != 0 and not any(h.status in ("failed", "unreachable") for h in result.hosts):
         result.error = error or f"ansible-playbook exited {result.rc}"
     return result
@@ -252,6 +261,32 @@ def working_dir(root: Path) -> str:
         return os.getcwd()
     except OSError:
         return str(root / "playbooks")
+def _read_back(result: RunResult, signum: int, staged: Path, envvars: dict, extra: dict, private: Path) -> None:
+    """Each host's outcome after the stop, read back from the hosts where a provision task had started."""
+    result.interrupted = signum
+    started = [h.host for h in result.hosts if h.provision_started]
+    private.mkdir()
+    found = interrupt.read_back(started, inventory=staged, envvars=envvars, extravars=extra, private=private,
+                                workdir=working_dir(content_dir()))
+    for h in result.hosts:
+        h.outcome, h.read_back = found.get(h.host, (interrupt.NOT_STARTED, None))
+
+
+def _interrupted(result: RunResult, stop) -> InterruptedRun:
+    got = signal.Signals(stop.signum).name
+    how = ": passed on" if stop.sent == stop.signum else \
+        f" (the terminal went away): passed on as {signal.Signals(stop.sent).name}"
+    by = {}
+    for h in result.hosts:
+        by.setdefault(h.outcome, []).append(h.host)
+    said = "; ".join(f"{what}: {', '.join(hosts[:8])}" + (" ..." if len(hosts) > 8 else "")
+                     for what, hosts in by.items()) or "no host was reached"
+    exc = InterruptedRun(f"interrupted by {got}{how} to ansible-playbook and the tasks it was running; read back "
+                         f"from each host after the stop: {said}", stop.signum,
+                         hint="the roles are idempotent: run again to finish" if by.get(interrupt.ROLLED_BACK) or
+                         by.get(interrupt.NOT_STARTED) else None)
+    exc.result = result
+    return exc
 
 
 def _with_every_host(results: list[HostResult], inv: Inventory, stats) -> list[HostResult]:
@@ -278,93 +313,3 @@ def _runner_error(runner, lines: list[str]) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("[ERROR]") or ln.startswith("ERROR!")]
     return " ".join((errors or lines[-1:]))[:600]
-
-
-GRACE = 60.0  # seconds the plays' processes get to finish after SIGINT/SIGTERM/SIGHUP is passed on
-# What the run's processes get for each signal vgpu receives: for SIGHUP (the terminal or SSH session went away)
-# SIGTERM, which every vgpu on a host answers by finishing its step and rolling back (an older one would end
-# mid-step on SIGHUP): the run stops as it does on SIGTERM.
-PASSED_ON = {signal.SIGINT: signal.SIGINT, signal.SIGTERM: signal.SIGTERM, signal.SIGHUP: signal.SIGTERM}
-
-
-class _StopOnSignal:
-    """SIGINT/SIGTERM/SIGHUP during a run: passed on (SIGHUP as SIGTERM) to every process the run started
-    (ansible-playbook, its workers and the modules they run: a `vgpu provision` there finishes its step and rolls
-    back, as on a terminal), then the run is cancelled once they have exited or GRACE seconds have passed
-    (ansible-runner then SIGKILLs what is left of ansible-playbook's process group).
-
-    SIGHUP is taken only where it would otherwise end vgpu at once (its default): ignored (nohup) it stays ignored,
-    and a caller that handles it itself keeps it (the roll-out lets the running playbook finish, rollout/runner.py)."""
-
-    def __init__(self):
-        self.signum: int | None = None
-        self.reached: set[int] | None = None
-        self.deadline = 0.0
-        self._previous: dict[int, Any] = {}
-
-    def requested(self) -> bool:
-        """ansible-runner's cancel callback, polled while the play runs."""
-        if self.signum is None:
-            return False
-        if self.reached is None:
-            self.reached = _descendants(os.getpid())
-            for pid in self.reached:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, self.sent)
-        return not _any_alive(self.reached) or time.monotonic() > self.deadline
-
-    def drain(self) -> None:
-        """After the run: wait (within the grace period) for what the signal reached to finish; a module's
-        process outlives ansible-playbook when its worker is gone."""
-        while self.reached and _any_alive(self.reached) and time.monotonic() < self.deadline:
-            time.sleep(0.1)
-
-    @property
-    def sent(self) -> int:
-        """The signal the run's processes get for the one vgpu received."""
-        return PASSED_ON[self.signum]
-
-    def _handler(self, signum, _frame) -> None:
-        if self.signum is None:
-            self.signum = signum
-            self.deadline = time.monotonic() + GRACE
-
-    def __enter__(self) -> "_StopOnSignal":
-        if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._handler) for s in interrupt_signals()}
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for s, old in self._previous.items():
-            signal.signal(s, old)
-
-
-def _stat(pid: str) -> list[str] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text[text.rindex(")") + 2:].split()  # after "pid (comm) ": state, ppid, pgrp, ...
-
-
-def _descendants(root: int) -> set[int]:
-    """Every living process below ``root`` (children, their children, ...), from /proc."""
-    parent: dict[int, int] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            fields = _stat(entry.name)
-            if fields and fields[0] != "Z":
-                parent[int(entry.name)] = int(fields[1])
-    found, frontier = set(), {root}
-    while frontier:
-        frontier = {pid for pid, ppid in parent.items() if ppid in frontier} - found
-        found |= frontier
-    return found
-
-
-def _any_alive(pids: set[int]) -> bool:
-    for pid in pids:
-        fields = _stat(str(pid))
-        if fields and fields[0] != "Z":
-            return True
-    return False

@@ -13,7 +13,7 @@ import sys
 import click
 
 from vgpu import __version__
-from vgpu.errors import ExitCode, VgpuError
+from vgpu.errors import ExitCode, VgpuError, install_entry_handlers, signal_of
 
 # name -> "module:attribute"; each module defines one click command or group.
 COMMANDS: dict[str, str] = {
@@ -64,7 +64,17 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
+    import signal
+
+    previous = install_entry_handlers()
+    try:
+        _main(sys.argv[1:] if argv is None else argv)
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _main(args: list[str]) -> None:
     debug = "--debug" in args
     try:
         rc = cli.main(args=args, prog_name="vgpu", standalone_mode=False)
@@ -73,15 +83,17 @@ def main(argv: list[str] | None = None) -> None:
             raise
         _print_error(exc)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        signum = signal_of(exc)
+        if signum is not None:  # click turns a KeyboardInterrupt (Ctrl-C, or Stopped) into Abort
+            _interrupted(signum)
         click.echo("aborted", err=True)
         sys.exit(ExitCode.FAILURE)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt as exc:
+        _interrupted(signal_of(exc) or 2)
     except Exception as exc:  # a bug: one line and a distinct code, not a traceback (unless --debug)
         if debug:
             raise
@@ -91,6 +103,16 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("hint: rerun with --debug and report the traceback", err=True)
         sys.exit(ExitCode.INTERNAL)
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def _interrupted(signum: int) -> None:
+    """SIGINT, SIGTERM or SIGHUP where no step of a host change was running (start-up, planning, reading, or after
+    a run ended): one line, 128 + the signal (docs/exit-codes.md). A step in hand defers the signal and ends in
+    InterruptedRun instead (executor.deferred_signals), so no host is left half-changed here."""
+    import signal
+    click.echo(f"error: interrupted by {signal.Signals(signum).name} while no step was running", err=True)
+    click.echo("hint: `vgpu status` shows the host as it is", err=True)
+    sys.exit(128 + signum)
 
 
 def _print_error(exc: VgpuError) -> None:

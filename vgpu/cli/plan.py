@@ -148,13 +148,18 @@ def _signals_raise():
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print status as JSON.")
+@click.option("--wait", type=click.FloatRange(0, 86400), default=None, metavar="SECONDS",
+              help="First wait up to SECONDS for a vgpu run changing the host to finish (exit 7 if it does not).")
 @host_options
-def status(as_json, host) -> int:
+def status(as_json, wait, host) -> int:
     """Compare the host with its recorded profile, item by item. Exit 0 in sync, 1 drift."""
     from vgpu.cli import planview
     from vgpu.planner import Refusal
 
     with open_host(host) as target:
+        if wait is not None:
+            from vgpu.executor import wait_unlocked
+            wait_unlocked(getattr(target, "state_dir", None), wait)
         try:
             result = target.status()
         except Refusal as exc:

@@ -43,19 +43,22 @@ def run(name, inventory, limit, extra, check, diff, as_json) -> int:
     """Run playbook NAME over an inventory: live progress per host, then each host's result.
 
     Exit 0: every host ok or changed; 8: a host failed; 9: a host was unreachable; 5: bad inventory or
-    variables (nothing ran); 130/143/129: interrupted (SIGINT/SIGTERM/SIGHUP).
+    variables (nothing ran); 130/143/129: interrupted (SIGINT/SIGTERM/SIGHUP), each host's outcome (applied,
+    rolled back, unknown, not started) read back from it after the stop.
     """
     from vgpu.automation.playbooks import parse_extra_vars, run_playbook
+    from vgpu.errors import InterruptedRun
 
     extra_vars = parse_extra_vars(extra)
-    with _Live(enabled=sys.stderr.isatty()) as live:
-        result = run_playbook(name, inventory, limit=limit, extra_vars=extra_vars, check=check, diff=diff,
-                              on_change=live.update)
-    if as_json:
-        from vgpu.cli.render import print_json
-        print_json(result.to_dict())
-    else:
-        _show(result)
+    try:
+        with _Live(enabled=sys.stderr.isatty()) as live:
+            result = run_playbook(name, inventory, limit=limit, extra_vars=extra_vars, check=check, diff=diff,
+                                  on_change=live.update)
+    except InterruptedRun as exc:  # the per-host outcomes first, then the one error line (main) and 128 + signal
+        if getattr(exc, "result", None) is not None:
+            _report(exc.result, as_json)
+        raise
+    _report(result, as_json)
     from vgpu.cli.render import safe
     if result.error:
         click.echo(f"error: {safe(result.error, markup=False)}", err=True)
@@ -63,6 +66,14 @@ def run(name, inventory, limit, extra, check, diff, as_json) -> int:
         click.echo(f"warning: no host of {safe(inventory, markup=False)} is in the hosts playbook {safe(name, markup=False)}"
                    " runs on (see its hosts: line and the variable that overrides it, docs/ansible.md)", err=True)
     return result.exit_code
+
+
+def _report(result, as_json: bool) -> None:
+    if as_json:
+        from vgpu.cli.render import print_json
+        print_json(result.to_dict())
+    else:
+        _show(result)
 
 
 class _Live:
@@ -109,12 +120,18 @@ def _show(result) -> None:
     from vgpu.cli.render import add_row, cell, console, safe, table
 
     title = f"{result.playbook} on {result.inventory}" + (" (check mode)" if result.check else "")
-    rows = table(title, ("host", "result", "ok", "changed", "skipped", "failed task", "message"))
+    stopped = result.interrupted is not None
+    title += " (interrupted: each host read back after the stop)" if stopped else ""
+    rows = table(title, ("host", "result", "ok", "changed", "skipped", "failed task", "message")
+                 + (("after the stop",) if stopped else ()))
     for h in result.hosts:
+        after = (f"{h.outcome}" + (f": {h.read_back['reason']}" if (h.read_back or {}).get("reason") else ""),)
         add_row(rows, h.host, cell(h.status, STYLES.get(h.status)), h.ok, h.changed, h.skipped, h.failed_task,
-                h.message)
+                h.message, *(after if stopped else ()))
     out = console()
     out.print(rows)
+    if stopped:
+        return
     counts = {s: sum(h.status == s for h in result.hosts) for s in STYLES}
     verdict = "[green]all hosts ok[/]" if result.exit_code == ExitCode.OK else "[bold red]not all hosts ok[/]"
     out.print(f"{verdict}: " + ", ".join(f"{n} {s}" for s, n in counts.items()) + f" ({safe(result.status)})")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from vgpu.errors import InterruptedRun
 from vgpu.rollout.state import Spec
 
 Note = Callable[[str], None]
@@ -34,17 +35,27 @@ class PlaybookActions:
 
     def _run(self, name: str, targets: list[str], extra: dict[str, Any], out: Path, note: Note):
         from vgpu.automation.playbooks import run_playbook
-        from vgpu.fsutil import atomic_write
 
         def on_change(tracker) -> None:
             note(f"{name} task: {tracker.task or 'starting'}")
 
         batch = {"vgpu_serial": [len(targets)], "vgpu_max_fail_percentage": 100}
-        result = run_playbook(name, Path(self.spec.inventory), limit=",".join(targets),
-                              extra_vars={**self.spec.extra_vars, **batch, **extra}, on_change=on_change)
+        try:
+            result = run_playbook(name, Path(self.spec.inventory), limit=",".join(targets),
+                                  extra_vars={**self.spec.extra_vars, **batch, **extra}, on_change=on_change)
+        except InterruptedRun as exc:  # what the hosts said after the stop is kept as the run's result too
+            if exc.result is not None:
+                self._keep(out, name, exc.result)
+            raise
+        self._keep(out, name, result)
+        return result
+
+    @staticmethod
+    def _keep(out: Path, name: str, result) -> None:
+        from vgpu.fsutil import atomic_write
+
         out.mkdir(parents=True, exist_ok=True, mode=0o700)
         atomic_write(out / f"{name}.json", json.dumps(result.to_dict(), indent=2) + "\n", 0o600)
-        return result
 
     @staticmethod
     def _per_target(result, targets: list[str], what: str) -> dict[str, str | None]:

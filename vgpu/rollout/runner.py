@@ -192,10 +192,15 @@ class Runner:
         recs = {h: self.r.hosts[h] for h in batch}
         for rec in recs.values():
             rec.state, rec.phase, rec.reason, rec.started, rec.finished = "in_progress", "provision", None, now(), None
-            rec.attempts += 1
+            rec.attempts, rec.stopped = rec.attempts + 1, None
         self._save(f"{wave.label}: provisioning {', '.join(batch[:6])}" + (" ..." if len(batch) > 6 else ""))
         note = self._note(wave)
-        self._fail(recs, self.actions.provision(batch, out, note), wave, "provision")
+        try:
+            provisioned = self.actions.provision(batch, out, note)
+        except InterruptedRun as exc:
+            self._stopped(recs, exc)
+            raise
+        self._fail(recs, provisioned, wave, "provision")
         wave.reports["provision"] = self._rel(out / "provision.json")
         live = [h for h in batch if recs[h].state == "in_progress"]
         guests = {g: h for h in live for g in recs[h].guests}
@@ -222,6 +227,19 @@ class Runner:
             if rec.state == "in_progress":
                 rec.state, rec.finished = "done", now()
         self._save(f"{wave.label}: batch finished")
+
+    @staticmethod
+    def _stopped(recs: dict[str, HostRecord], exc: InterruptedRun) -> None:
+        """A provision stopped by a signal: each host's outcome as read back from it after the stop (applied,
+        rolled back, unknown, not started; vgpu.automation.interrupt). The host stays ``in_progress``: a resume
+        provisions it again (the roles are idempotent: an applied host is in sync)."""
+        hosts = {h.host: h for h in (exc.result.hosts if exc.result is not None else [])}
+        for name, rec in recs.items():
+            h = hosts.get(name)
+            rec.stopped = h.outcome if h is not None and h.outcome else "unknown"
+            why = (h.read_back or {}).get("reason") if h is not None else "the run said nothing about it"
+            rec.reason = (f"provision interrupted by {signal.Signals(exc.signum).name}; read back after the stop: "
+                          f"{rec.stopped}" + (f" ({why})" if why else ""))[:3000]
 
     def _rel(self, path: Path) -> str:
         return str(path.relative_to(self.store.path))

@@ -36,6 +36,8 @@ HostState = Literal["not_started", "in_progress", "done", "failed"]
 WaveState = Literal["pending", "running", "passed", "failed"]
 RolloutState = Literal["running", "stopped", "interrupted", "done"]
 Phase = Literal["provision", "guest-stack", "validate", "compare"]
+# A host's provision stopped by a signal, as read back from the host after the stop (vgpu.automation.interrupt)
+StopOutcome = Literal["applied", "rolled back", "unknown", "not started"]
 Text = Field(default=None, max_length=4000)
 Scalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
 
@@ -123,6 +125,7 @@ class HostRecord(_Model):
     started: str | None = Field(default=None, max_length=40)
     finished: str | None = Field(default=None, max_length=40)
     attempts: int = Field(default=0, ge=0)
+    stopped: StopOutcome | None = None  # its last provision was interrupted: how the host ended (read back)
 
 
 class WaveRecord(_Model):

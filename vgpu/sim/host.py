@@ -92,13 +92,14 @@ class SimHost:
         from vgpu.host.paths import HostPaths
         from vgpu.host.target import HostTarget
         from vgpu.hypervisor.sim import SimHypervisor
-        from vgpu.sim.hooks import step_hook_from_env
+        from vgpu.sim.hooks import pause_at_start, step_hook_from_env
         from vgpu.vms import sim_hypervisor_dir
 
+        pause_at_start(self.root)
         return HostTarget(HostPaths.under(self.root, label=f"simulated {self.machine_name}"),
                           state=self.root / "var" / "lib" / "vgpu", kernel_ops=self.kernel,
                           hypervisor_factory=lambda: SimHypervisor(sim_hypervisor_dir(self.root)),
-                          step_hook=step_hook_from_env(), local_processes=False)
+                          step_hook=step_hook_from_env(self.root), local_processes=False)
 
     @classmethod
     def open(cls, state_dir: Path) -> "SimHost":

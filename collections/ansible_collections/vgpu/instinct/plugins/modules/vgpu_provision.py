@@ -18,7 +18,12 @@ description:
   - With C(--diff) the plan's steps are shown as the diff.
   - A refusal, a device in use, a held lock or a failed step fails the task with vgpu's own sentences and
     its exit code (RV(rc), RV(exit_code_name)); a failed step has already been rolled back by vgpu.
-  - vgpu is run with an argument list, never through a shell.
+  - vgpu is run with an argument list, never through a shell, in a session of its own, and the module waits for
+    it whatever happens to the task. SIGINT, SIGTERM or SIGHUP to the module (an AWX cancel, ansible-playbook or
+    C(vgpu playbook run) stopped) and the controller going away (the connection carrying the module's output
+    closes: an SSH session dropped, the Ansible worker killed) are passed on to vgpu as SIGTERM, on which vgpu
+    finishes its step and rolls back what it applied, unless its run was already verified (docs/ansible.md,
+    "Interrupted runs"). The host ends applied or as it was, never half.
 options:
   profile:
     description:
@@ -133,13 +138,18 @@ cmd:
 """
 
 import json
+import os
+import select
+import signal
+import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
 
 # vgpu's exit codes (docs/exit-codes.md; vgpu.errors.ExitCode).
 EXIT_CODES = {0: "OK", 1: "FAILURE", 2: "USAGE", 3: "CHANGES_PENDING", 4: "REFUSED", 5: "BAD_INPUT",
-              6: "IN_USE", 7: "LOCKED", 8: "APPLY_FAILED", 9: "REMOTE", 70: "INTERNAL", 130: "INTERRUPTED",
-              143: "TERMINATED"}
+              6: "IN_USE", 7: "LOCKED", 8: "APPLY_FAILED", 9: "REMOTE", 70: "INTERNAL", 129: "HANGUP",
+              130: "INTERRUPTED", 143: "TERMINATED"}
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 SCHEMA = "vgpu.provision/v1"
 
 
@@ -162,6 +172,56 @@ def command(module, executable):
         if p["sim_dir"]:
             argv.append(f"--sim-dir={p['sim_dir']}")
     return argv
+
+
+def supervise(argv):
+    """Run vgpu to its end: (rc, stdout, stderr). A stop of this module, or its controller going away, becomes one
+    SIGTERM to vgpu (it rolls back), never the end of the module before vgpu has finished: a module killed mid-run
+    would leave nobody waiting for the host to become consistent, and its process group's SIGKILL (ansible-runner
+    after its grace period) does not reach vgpu, which runs in a session of its own."""
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, NO_COLOR="1"), start_new_session=True, close_fds=True)
+    told = []
+
+    def stop(_signum=None, _frame=None):
+        if not told:
+            told.append(True)
+            try:
+                proc.send_signal(signal.SIGTERM)
+            except OSError:
+                pass
+    previous = {s: signal.signal(s, stop) for s in STOPS if signal.getsignal(s) != signal.SIG_IGN}
+    try:
+        out = _collect(proc, stop)
+    finally:
+        for s, old in previous.items():
+            signal.signal(s, old)
+    return proc.wait(), out[0].decode(errors="replace"), out[1].decode(errors="replace")
+
+
+def _collect(proc, stop):
+    """vgpu's stdout and stderr until both close; ``stop()`` when this module's own stdout reports an error or a
+    hang-up (poll gives POLLERR for a pipe whose reader is gone, POLLHUP for a closed socket or terminal)."""
+    streams = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
+    poller = select.poll()
+    for fd in streams:
+        poller.register(fd, select.POLLIN)
+    poller.register(1, 0)  # no events asked: only errors and hang-ups, which poll always reports
+    open_fds = set(streams)
+    while open_fds:
+        for fd, events in poller.poll():
+            if fd == 1:
+                poller.unregister(1)
+                if events & (select.POLLERR | select.POLLHUP):
+                    stop()
+                continue
+            data = os.read(fd, 65536)
+            if data:
+                streams[fd].append(data)
+            else:
+                poller.unregister(fd)
+                open_fds.discard(fd)
+    return [b"".join(streams[proc.stdout.fileno()]), b"".join(streams[proc.stderr.fileno()])]
 
 
 def document(stdout):
@@ -208,7 +268,7 @@ def main():
     if "/" not in executable:
         executable = module.get_bin_path(executable, required=True)
     argv = command(module, executable)
-    rc, stdout, stderr = module.run_command(argv, environ_update={"NO_COLOR": "1"})
+    rc, stdout, stderr = supervise(argv)
     name = EXIT_CODES.get(rc, f"EXIT_{rc}")
     doc = document(stdout)
     out = dict(cmd=argv, exit_code=rc, exit_code_name=name, changed=False, applied=[])
