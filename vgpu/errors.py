@@ -86,6 +86,11 @@ class RemoteError(VgpuError):
     exit_code = ExitCode.REMOTE
 
 
+class NotConfirmed(VgpuError):
+    """A disruptive plan was not confirmed (declined, no terminal to ask, or --json without --yes): nothing was
+    changed. Exit 1; `provision/release --json` say ``result: "not-confirmed"`` (docs/plan-json.md)."""
+
+
 def interrupt_signals() -> tuple[signal.Signals, ...]:
     """The signals that stop a vgpu run at a consistent point (InterruptedRun): SIGINT, SIGTERM, and SIGHUP
     where it would otherwise end vgpu at once (its default); ignored (nohup) or handled by a caller (a

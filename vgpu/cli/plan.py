@@ -9,7 +9,7 @@ import sys
 import click
 
 from vgpu.cli.common import host_options, open_host
-from vgpu.errors import ExitCode, InterruptedRun, VgpuError, interrupt_signals
+from vgpu.errors import ExitCode, InterruptedRun, NotConfirmed, VgpuError, interrupt_signals
 
 
 def _profile_option(fn):
@@ -101,8 +101,21 @@ def _confirm_for(yes: bool, as_json: bool):
 def _refuse_unconfirmed(plan) -> bool:
     if not plan.disruptive:
         return True
-    raise VgpuError("the plan disrupts devices and --json runs never ask to confirm",
-                    hint="review `vgpu plan --json`, then rerun with --yes")
+    raise NotConfirmed("the plan disrupts devices and --json runs never ask to confirm: nothing was changed",
+                       hint=f"review `{_review_command(plan, json=True)}`, then rerun with --yes")
+
+
+def _review_command(plan, *, json: bool = False) -> str:
+    """The command that shows ``plan`` again without changing anything, on the same host."""
+    from vgpu.cli.common import next_command
+    from vgpu.cli.planview import profile_command
+
+    extra = ("--json",) if json else ()
+    if plan.action == "release":
+        return next_command("release", "--dry-run", *extra)
+    if plan.action == "rollback":  # what an interrupted run left: status names it
+        return next_command("status", *extra)
+    return profile_command("plan", plan, *extra)
 
 
 def _confirm(plan) -> bool:
@@ -112,8 +125,8 @@ def _confirm(plan) -> bool:
     from vgpu.cli import planview
     planview.show_plan(plan, [])
     if not sys.stdin.isatty():
-        raise VgpuError("the plan disrupts devices and no terminal is attached to confirm it",
-                        hint="review `vgpu plan`, then rerun with --yes")
+        raise NotConfirmed("the plan disrupts devices and no terminal is attached to confirm it",
+                           hint=f"review `{_review_command(plan)}`, then rerun with --yes")
     try:
         with _signals_raise():
             return click.confirm("Apply these disruptive steps?", default=False)
@@ -122,8 +135,9 @@ def _confirm(plan) -> bool:
         raise InterruptedRun("interrupted at the confirmation question: nothing was changed", exc.signum) from None
     except click.exceptions.Abort:  # end of input (Ctrl-D, a closed terminal): click printed nothing after it
         click.echo("", err=True)
-        raise VgpuError("no answer at the confirmation question (standard input ended): nothing was changed",
-                        hint="answer y to apply the steps, or review `vgpu plan` and rerun with --yes") from None
+        raise NotConfirmed("no answer at the confirmation question (standard input ended): nothing was changed",
+                           hint=f"answer y to apply the steps, or review `{_review_command(plan)}` and rerun "
+                                "with --yes") from None
 
 
 class _Signalled(Exception):
