@@ -79,8 +79,9 @@ def plan_profile(target: HostTarget, profile) -> PlanResult:
     except (RefusedError, InputError) as exc:
         planned, vm_problems = PlannedVms(None), [Problem("vms", exc.message, exc.hint)]
     steps, taken, waiting = attach_steps(planned, view.domains, profile.vms.numa_policy.value, warnings)
+    settled = planned.vms is not None and view.domains is not None and not (steps or waiting)
     plan = make_plan(desired, inv, current_files(target), holders, vm_steps=steps, vm_problems=vm_problems + taken,
-                     vms=planned.vms)
+                     vms=planned.vms, vms_settled=settled)
     plan = replace(plan, pending=waiting)  # running VMs that lack their functions: not in sync until shut down
     if planned.vms is None and not vm_problems:
         warnings.append("which VM gets which VF is known only once gim has created the VFs (the PFs do not "

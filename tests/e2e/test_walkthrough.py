@@ -55,3 +55,21 @@ def test_plan_hint_applies_the_same_profile_file_on_the_same_simulated_host(sim,
     release = _cli(host, "release", "--dry-run", rc=3)
     assert _quoted_command(release.stdout, "release") == ["vgpu", "release", "--sim-dir", str(host.state_dir),
                                                           "--simulate"]
+
+
+def test_export_keeps_the_vm_assignment_and_plans_back_in_sync_without_warnings(sim, tmp_path):
+    import yaml
+    host = sim()
+    hv = hypervisor_of(host)
+    for name in ("gpu-vm-00", "gpu-vm-05", "gpu-vm-31"):
+        hv.define_domain(name, running=False)
+    _cli(host, "provision", "--profile", "mi300x-4vf", "--yes", rc=0)
+    exported = tmp_path / "now.yaml"
+    _cli(host, "export", "--name", "now", "-o", str(exported), rc=0)
+    assign = yaml.safe_load(exported.read_text())["vms"]["assign"]
+    by_libvirt = {d.name: sorted(str(a) for a in d.hostdevs) for d in hv.domains()}
+    assert assign == by_libvirt and sorted(assign) == ["gpu-vm-00", "gpu-vm-05", "gpu-vm-31"]
+    plan = _cli(host, "plan", "--profile", str(exported), rc=0)
+    assert "in sync" in plan.stdout
+    # the profile's own warnings (4 VFs is outside AMD's validated matrix) stay; none about VMs
+    assert "VM" not in plan.stdout + plan.stderr

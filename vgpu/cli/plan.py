@@ -220,11 +220,14 @@ def export(name, model, output, host) -> None:
     from vgpu.profiles import load_profile_text
 
     target = output_target(output, "profile output")  # checked before the host is read
+    warnings: list[str] = []
     with open_host(host) as host_target:
-        data = host_target.export(name, model)
+        data = host_target.export(name, model, warnings)
+    from vgpu.cli.render import safe
+    for warning in warnings:  # the VM assignment could not be read: say the export lacks it
+        click.echo(f"warning: {safe(warning, markup=False)}; the profile has no vms section", err=True)
     text = yaml.safe_dump(data, sort_keys=False)
     load_profile_text(text, source=f"{name}.yaml")  # what we export must load back
     write_output(target, text.encode(), "profile output", mode=0o644)
     if target is not None:
-        from vgpu.cli.render import safe
         click.echo(f"wrote {safe(target, markup=False)}", err=True)
