@@ -66,8 +66,7 @@ def run(inventory, profile, guest_profile, state_dir, hosts_pattern, guests_patt
     from vgpu.rollout.state import StateDir
 
     store = StateDir(state_dir)
-    if not dry_run:
-        store.check_new()
+    store.check_new()  # read-only: a dry run refuses a directory the real run would refuse
     req = P.Request(inventory=inventory, profile=profile, guest_profile=guest_profile, hosts_pattern=hosts_pattern,
                     guests_pattern=guests_pattern, canary=tuple(canary), serial=W.parse_serial(serial),
                     max_unavailable=max_unavailable, baseline=baseline, thresholds=tuple(thresholds),

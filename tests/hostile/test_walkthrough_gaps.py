@@ -1,0 +1,100 @@
+"""Bad input that slipped through a hostile rerun (issue 20): each case is the documented exit code, one error
+line naming the file and what is wrong, and nothing outside changed."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import Watch, assert_refused, vgpu
+from .test_outside_files import base, sim, sim_env  # noqa: F401 (fixtures)
+from .test_rollout import INVENTORY, area, valid_doc  # noqa: F401 (fixture)
+
+TIMEOUT = 60
+
+
+def entry(step, info=None, done=True):
+    return {"step": step, "info": {} if info is None else info, "done": done}
+
+
+JOURNALS = {
+    "unknown-kind": ([entry({"kind": "rm-rf"})], {}, "unknown step kind 'rm-rf'"),
+    "string-steps": (["reload-gim", "bind-vfs"], {}, "entry 1 is not a {step, info, done} object"),
+    "fields-missing": ([entry({"kind": "bind-vfs"})], {}, "bind-vfs step whose fields do not make one"),
+    "bad-address": ([entry({"kind": "bind-device", "address": "../../etc", "driver": "vfio-pci"})], {},
+                    "bind-device step whose fields"),
+    "done-not-bool": ([entry({"kind": "rm-rf"}, done="yes")], {}, "done that is not true or false"),
+    "baseline-list": ([], {"baseline": ["etc/gim_config"]}, "baseline is not a mapping"),
+    "entries-dict": ({"1": entry({"kind": "reload-gim"})}, {}, "entries are not a list"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(JOURNALS))
+def test_a_journal_of_the_right_schema_but_the_wrong_shape_is_one_line_and_exit_5(sim, how):  # noqa: F811
+    entries, extra, needle = JOURNALS[how]
+    journal = sim / "root/var/lib/vgpu/journal.json"
+    journal.parent.mkdir(parents=True, exist_ok=True)
+    journal.write_text(json.dumps({"schema": "vgpu.journal/v1", "profile": "mi300x-4vf", "steps": 1,
+                                   "entries": entries, **extra}))
+    watch = Watch(sim / "root/sys", sim / "root/etc", journal)
+    for args in (("provision", "--profile", "mi300x-4vf", "--yes"), ("release", "--yes")):
+        proc = vgpu(*args, "--simulate", "--sim-dir", str(sim), env=sim_env(sim), timeout=TIMEOUT)
+        line = assert_refused(proc, 5, "the journal", str(journal), "is damaged", needle)
+        assert "Error" not in line, line  # a sentence, not a Python exception's name
+    watch.unchanged()
+
+
+def test_a_host_lock_that_is_a_directory_is_exit_5_saying_remove_it(sim):  # noqa: F811
+    lock = sim / "root/var/lib/vgpu/lock"
+    lock.mkdir(parents=True)
+    watch = Watch(sim / "root", sim / "state.json")
+    proc = vgpu("provision", "--profile", "mi300x-4vf", "--yes", "--simulate", "--sim-dir", str(sim),
+                env=sim_env(sim), timeout=TIMEOUT)
+    assert_refused(proc, 5, "lock file", str(lock), "is a directory")
+    assert f"hint: remove that directory (rmdir {lock})" in proc.stderr and "free space" not in proc.stderr
+    watch.unchanged()
+
+
+def test_a_state_directory_that_is_a_regular_file_is_exit_5(sim):  # noqa: F811
+    state = sim / "root/var/lib/vgpu"
+    state.parent.mkdir(parents=True, exist_ok=True)
+    state.write_text("not a directory\n")
+    watch = Watch(sim / "root", sim / "state.json")
+    proc = vgpu("provision", "--profile", "mi300x-4vf", "--yes", "--simulate", "--sim-dir", str(sim),
+                env=sim_env(sim), timeout=TIMEOUT)
+    assert_refused(proc, 5, "state directory", str(state), "regular file")
+    watch.unchanged()
+
+
+def test_a_rollout_lock_that_is_a_directory_says_remove_it_not_free_space(area):  # noqa: F811
+    state_dir = area / "rollout"
+    state_dir.mkdir()
+    (state_dir / "state.json").write_text(json.dumps(valid_doc(area)))
+    (state_dir / "lock").mkdir()
+    watch = Watch(area)
+    proc = vgpu("rollout", "resume", "--state-dir", str(state_dir), timeout=TIMEOUT)
+    assert_refused(proc, 5, "lock file", "is a directory")
+    assert "rmdir" in proc.stderr and "free space" not in proc.stderr and "remount" not in proc.stderr
+    watch.unchanged()
+
+
+@pytest.mark.parametrize("dry_run", [(), ("--dry-run",)])
+@pytest.mark.parametrize("state_dir", ["", ".", "/"])
+def test_rollout_run_refuses_an_unusable_state_dir_with_or_without_dry_run(area, state_dir, dry_run):  # noqa: F811
+    watch = Watch(area)
+    proc = vgpu("rollout", "run", "-i", str(area / "inventory.yml"), "--profile", "mi300x-1vf",
+                "--state-dir", state_dir, *dry_run, cwd=area, timeout=TIMEOUT)
+    assert_refused(proc, 5, "state directory", "give a directory of its own")
+    assert proc.stdout == ""
+    watch.unchanged()
+
+
+def test_rollout_dry_run_refuses_a_directory_holding_a_rollout_like_the_run(area):  # noqa: F811
+    state_dir = area / "rollout"
+    state_dir.mkdir()
+    (state_dir / "state.json").write_text(json.dumps(valid_doc(area)))
+    watch = Watch(area)
+    proc = vgpu("rollout", "run", "-i", str(area / "inventory.yml"), "--profile", "mi300x-1vf",
+                "--state-dir", str(state_dir), "--dry-run", timeout=TIMEOUT)
+    assert_refused(proc, 5, "a roll-out is already recorded in")
+    watch.unchanged()
