@@ -98,3 +98,22 @@ def test_rollout_dry_run_refuses_a_directory_holding_a_rollout_like_the_run(area
                 "--state-dir", str(state_dir), "--dry-run", timeout=TIMEOUT)
     assert_refused(proc, 5, "a roll-out is already recorded in")
     watch.unchanged()
+
+
+def _gpu_dirs(sim):  # noqa: F811
+    return [d for d in sorted((sim / "root/sys/bus/pci/devices").iterdir())
+            if (d / "vendor").read_text().strip() == "0x1002" and (d / "sriov_totalvfs").exists()]
+
+
+@pytest.mark.parametrize("value, read", [("99999999999", None), ("1024", None), ("1" * 5000, None), ("-7", None),
+                                         ("1023", 1023), ("-1", None)])
+def test_a_numa_node_linux_cannot_have_reads_as_no_node(sim, value, read):  # noqa: F811
+    victim = _gpu_dirs(sim)[1]
+    (victim / "numa_node").unlink()
+    (victim / "numa_node").write_text(value + "\n")
+    watch = Watch(sim / "root")
+    proc = vgpu("discover", "--sysfs-root", str(sim / "root/sys"), "--json", timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    (gpu,) = [g for g in json.loads(proc.stdout)["gpus"] if g["address"] == victim.name]
+    assert gpu["numa_node"] == read
+    watch.unchanged()
