@@ -7,7 +7,7 @@ import json
 import pytest
 
 from .conftest import Watch, assert_refused, vgpu
-from .test_outside_files import base, sim, sim_env  # noqa: F401 (fixtures)
+from .test_outside_files import base, sim, sim_env, tiny_tmpfs  # noqa: F401 (fixtures)
 from .test_rollout import INVENTORY, area, valid_doc  # noqa: F401 (fixture)
 
 TIMEOUT = 60
@@ -117,3 +117,39 @@ def test_a_numa_node_linux_cannot_have_reads_as_no_node(sim, value, read):  # no
     (gpu,) = [g for g in json.loads(proc.stdout)["gpus"] if g["address"] == victim.name]
     assert gpu["numa_node"] == read
     watch.unchanged()
+
+
+@pytest.mark.parametrize("command", [("metrics",), ("discover", "--json"), ("status",)])
+def test_a_simulated_host_on_a_full_disk_is_one_line_and_exit_5(tiny_tmpfs, tmp_path, command):  # noqa: F811
+    """64 KiB cannot hold a simulated 8xmi300x: building it fails mid-way (ENOSPC) and leaves nothing behind."""
+    watch = Watch(tmp_path / "elsewhere")
+    proc = vgpu(*command, "--simulate", "--sim-dir", str(tiny_tmpfs / "sim"), timeout=TIMEOUT)
+    assert_refused(proc, 5, "simulated host", str(tiny_tmpfs / "sim"), "no space left")
+    assert proc.stdout == "" and not (tiny_tmpfs / "sim").exists()
+    assert [p.name for p in tiny_tmpfs.iterdir()] == []  # no staging directory either
+    watch.unchanged()
+
+
+def test_validate_concurrency_is_bounded_and_a_thread_limit_is_one_line(tmp_path):
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    from .conftest import REPO
+
+    too_many = vgpu("validate", "--simulate", "--concurrency", "512", "--report-dir", str(tmp_path / "r"),
+                    timeout=TIMEOUT)
+    assert too_many.returncode == 2 and "1<=x<=256" in too_many.stderr.replace(" ", "")
+
+    def small_address_space():  # 64 threads of 8 MiB stacks cannot fit in 400 MiB; vgpu itself does
+        resource.setrlimit(resource.RLIMIT_AS, (400 << 20, 400 << 20))
+
+    watch = Watch(tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "vgpu", "validate", "--simulate", "--guests", "64",
+                           "--concurrency", "64", "--skip-workloads", "--report-dir", str(tmp_path / "reports"), "-q"],
+                          capture_output=True, text=True, timeout=120, preexec_fn=small_address_space,
+                          env=dict(os.environ, PYTHONPATH=str(REPO), NO_COLOR="1"))
+    line = assert_refused(proc, 5, "--concurrency 64", "could start only", "ulimit -v")
+    assert "can't start new thread" not in line
+    watch.unchanged()  # refused before any guest: no report directory

@@ -197,10 +197,26 @@ def open_sim(machine: str | None, state_dir: Path):
     from vgpu.sim import SimHost
 
     if not SimHost.exists(state_dir):
-        return SimHost.create(state_dir, machine=machine or "8xmi300x")
+        return _build_sim(state_dir, machine or "8xmi300x", new=True)
     host = SimHost.open(state_dir)
     if machine is not None and not host.is_machine(machine):
         from vgpu.cli.render import safe
         click.echo(safe(f"note: rebuilding the simulated host in {state_dir} as {machine}", markup=False), err=True)
-        return SimHost.create(state_dir, machine=machine)
+        return _build_sim(state_dir, machine, new=False)
     return host
+
+
+def _build_sim(state_dir: Path, machine: str, *, new: bool):
+    """SimHost.create, with a full disk or a read-only file system as one line (exit 5) instead of a traceback;
+    a host that was new and is left half-built is removed (only it: it carries the marker this run wrote)."""
+    import shutil
+
+    from vgpu.inputs import write_error
+    from vgpu.sim import SimHost
+
+    try:
+        return SimHost.create(state_dir, machine=machine)
+    except OSError as exc:
+        if new and SimHost.exists(state_dir):
+            shutil.rmtree(state_dir, ignore_errors=True)
+        raise write_error(exc, "simulated host", state_dir) from None

@@ -6,6 +6,7 @@ Exit codes (docs/exit-codes.md): 0 every guest passed; 1 a check failed or an ag
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -18,6 +19,9 @@ from vgpu.errors import InputError
 from vgpu.guest.agent.result import STATUSES
 
 DEFAULT_SIM_GUESTS = 4
+# One thread per guest in flight, each with a stack of its own (8 MiB by default on Linux): 256 keep within a
+# few GB of address space and saturate any controller's SSH; more would only queue in sshd's MaxStartups.
+MAX_CONCURRENCY = 256
 
 
 @click.command()
@@ -28,8 +32,8 @@ DEFAULT_SIM_GUESTS = 4
 @click.option("--profile", help="Profile for guests that name neither a profile nor an expect block.")
 @click.option("--report-dir", required=True, type=click.Path(path_type=Path),
               help="Where to write validation-report.{json,junit.xml,html}.")
-@click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, 512),
-              help="Guests validated at the same time.")
+@click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, MAX_CONCURRENCY),
+              help=f"Guests validated at the same time (at most {MAX_CONCURRENCY}: one thread each).")
 @click.option("--timeout", default=900.0, show_default=True, type=click.FloatRange(min=1),
               help="Seconds one agent run may take on a guest.")
 @click.option("--connect-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
@@ -67,13 +71,54 @@ def validate(ctx: click.Context, guests, inventory, limit, profile, report_dir, 
             jobs, transport = _remote(guests, inventory, limit, profile, known_hosts, accept_new_host_keys,
                                       identity, user, skip_workloads)
         agent = build_agent(Path(tmp) / "agent")
-        with _Progress(len(jobs), quiet) as progress:
+        _check_threads(min(concurrency, len(jobs)), concurrency)  # before any guest is contacted
+        with _Progress(len(jobs), quiet) as progress, _thread_limit(concurrency):
             report = run_fanout(jobs, transport, agent, concurrency=concurrency, timeouts=timeouts,
                                 on_start=progress.start, on_done=progress.done)
     paths = write_all(report, report_dir)
     if not quiet:
         _summary(report, paths)
     ctx.exit(report.exit_code)
+
+
+def _too_many_threads(concurrency: int, started: int | None) -> InputError:
+    could = f"only {started}" if started is not None else "not that many"
+    return InputError(f"--concurrency {concurrency}: this process could start {could} threads (its "
+                      "address-space limit, `ulimit -v`, or process limit, `ulimit -u`, is too low)",
+                      hint="lower --concurrency, or raise those limits")
+
+
+def _check_threads(needed: int, concurrency: int) -> None:
+    """Start the threads the fan-out will use, idle, and let them go: a limit too low for them (an
+    address-space limit for their stacks, a process limit) is one line before any guest is contacted."""
+    import threading
+
+    release, started = threading.Event(), []
+    try:
+        for _ in range(needed):
+            thread = threading.Thread(target=release.wait, daemon=True)
+            thread.start()
+            started.append(thread)
+    except RuntimeError as exc:
+        if "can't start new thread" not in str(exc):
+            raise
+        raise _too_many_threads(concurrency, len(started)) from None
+    finally:
+        release.set()
+        for thread in started:
+            thread.join()
+
+
+@contextlib.contextmanager
+def _thread_limit(concurrency: int):
+    """The same limit met later (another process of this user took the room): one line, not an internal
+    error; the guests already started finish first."""
+    try:
+        yield
+    except RuntimeError as exc:
+        if "can't start new thread" not in str(exc):
+            raise
+        raise _too_many_threads(concurrency, None) from None
 
 
 def _remote(guests, inventory, limit, profile, known_hosts, accept_new, identity, user, skip_workloads):
