@@ -24,6 +24,17 @@ DEFAULT_SIM_GUESTS = 4
 MAX_CONCURRENCY = 256
 
 
+class _ScenarioOption(click.Option):
+    """--scenario, whose help lists the simulator's own scenario names (read when help is shown, so the list
+    cannot drift from vgpu.sim.guests.SCENARIOS and a run that needs no help imports nothing for it)."""
+
+    def get_help_record(self, ctx):
+        from vgpu.sim.guests import SCENARIOS
+        base = (self.help or "").split(" (one of:")[0]
+        self.help = f"{base} (one of: {', '.join(SCENARIOS)})."
+        return super().get_help_record(ctx)
+
+
 @click.command()
 @click.option("--guests", "guests", metavar="FILE|N",
               help="Guests file (YAML, docs/validate.md); with --simulate: how many simulated guests [4].")
@@ -47,8 +58,8 @@ MAX_CONCURRENCY = 256
 @click.option("--user", help="SSH user for guests that name none (default: the local user).")
 @click.option("--simulate", is_flag=True, help="Validate simulated guests on this machine (no SSH, no GPU).")
 @click.option("--replay-dir", type=click.Path(path_type=Path), help="With --simulate: captured tool outputs.")
-@click.option("--scenario", "scenarios", default="healthy", show_default=True, metavar="NAME[,NAME...]",
-              help="With --simulate: scenarios given to the simulated guests in turn.")
+@click.option("--scenario", "scenarios", cls=_ScenarioOption, default="healthy", show_default=True,
+              metavar="NAME[,NAME...]", help="With --simulate: scenarios given to the simulated guests in turn")
 @click.option("--skip-workloads", is_flag=True, help="Run only the inventory checks, not HIP/FP8 workloads.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary table.")
 @click.pass_context
@@ -182,6 +193,11 @@ def _simulated(count, inventory, profile, replay_dir, scenarios, skip_workloads,
         bad = ", ".join(repr(s) for s in unknown) or repr(scenarios)
         raise InputError(f"unknown scenario {bad}; known: {', '.join(SCENARIOS)}")
     spec = None if profile else ExpectSpec(**SIM_TARGET)
+    if spec is not None:  # say what the guests are judged against: nobody asked for it
+        t = SIM_TARGET
+        click.echo(f"note: no --profile: the simulated guests are judged as {t['model']} "
+                   f"{t['compute']}/{t['memory']} {'VFs' if t['is_vf'] else 'whole GPUs'} (how they are simulated); "
+                   "give --profile NAME to judge them as that profile's guests", err=True)
     jobs = []
     for i in range(n):
         name, scenario = f"sim-{i + 1:02d}", names[i % len(names)]
