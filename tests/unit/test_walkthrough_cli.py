@@ -25,3 +25,32 @@ def test_validate_simulate_without_a_profile_says_what_it_judges_against(tmp_pat
     with_profile = CliRunner().invoke(cli, ["validate", "--simulate", "--guests", "1", "--skip-workloads",
                                             "--profile", "mi300x-1vf", "--report-dir", str(tmp_path / "p"), "-q"])
     assert "note: no --profile" not in with_profile.stderr
+
+
+def test_sim_vm_takes_simulate_like_every_host_command(tmp_path):
+    from vgpu.hypervisor.sim import SimHypervisor
+    from vgpu.sim import SimHost
+    from vgpu.vms import sim_hypervisor_dir
+
+    state = tmp_path / "sim"
+    missing = CliRunner().invoke(cli, ["sim", "vm", "vm-a", "--sim-dir", str(state)])
+    assert "or give --simulate" in missing.exception.hint and missing.exception.exit_code == 5
+    made = CliRunner().invoke(cli, ["sim", "vm", "vm-a", "--simulate", "--sim-dir", str(state)])
+    assert made.exit_code == 0, made.output
+    again = CliRunner().invoke(cli, ["sim", "vm", "vm-b", "--running", "--sim-dir", str(state), "--simulate"])
+    assert again.exit_code == 0, again.output
+    domains = {d.name: d.active for d in SimHypervisor(sim_hypervisor_dir(SimHost.open(state).root)).domains()}
+    assert domains == {"vm-a": False, "vm-b": True}
+
+
+def test_host_check_json_has_its_own_versioned_schema(tmp_path):
+    import json
+    from pathlib import Path
+
+    import jsonschema
+
+    result = CliRunner().invoke(cli, ["host", "check", "--json", "--simulate", "--sim-dir", str(tmp_path / "s")])
+    doc = json.loads(result.stdout)
+    schema = json.loads((Path(__file__).parents[2] / "vgpu/schemas/host-check-v1.json").read_text())
+    jsonschema.validate(doc, schema)
+    assert doc["schema"] == "vgpu.host-check/v1" and result.exit_code == (0 if doc["ready"] else 1)

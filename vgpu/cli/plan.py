@@ -67,7 +67,12 @@ def _refused(exc, profile: str, host: str, as_json: bool) -> int:
               help="Print the result as JSON (schema vgpu.provision/v1); never asks: disruptive plans need --yes.")
 @host_options
 def provision(profile_ref, recorded, dry_run, yes, force, lock_timeout, vf_timeout, as_json, host) -> int:
-    """Apply a profile: configure gim, create VFs, set partitions, bind vfio-pci, persist; verify by read-back."""
+    """Apply a profile: configure gim, create VFs, set partitions, bind vfio-pci, persist; verify by read-back.
+
+    Exit 0: applied and verified, or nothing to do; 1: not confirmed; 3: --dry-run with changes pending, or applied
+    but pending (a running VM to shut down, an ESXi reboot); 4: refused; 5: bad input; 6: a device in use; 7: host
+    locked; 8: a step failed and was rolled back; 130/143/129: interrupted (SIGINT/SIGTERM/SIGHUP), rolled back.
+    """
     from vgpu.cli import planview
     from vgpu.planner import Refusal
 
@@ -188,12 +193,17 @@ def status(as_json, host) -> int:
 @click.option("--dry-run", is_flag=True, help="Show the release plan and stop.")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask before disruptive steps.")
 @click.option("--force", is_flag=True, help="Proceed even when VMs or processes hold the devices.")
-@click.option("--lock-timeout", type=float, default=30.0, show_default=True)
+@click.option("--lock-timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for the host lock.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the result as JSON (schema vgpu.provision/v1); never asks: disruptive plans need --yes.")
 @host_options
 def release(dry_run, yes, force, lock_timeout, as_json, host) -> int:
-    """Return the host to its default state: VFs off vfio-pci, vgpu's config and boot unit removed."""
+    """Return the host to its default state: VFs off vfio-pci, vgpu's config and boot unit removed.
+
+    Exit 0: released and verified, or nothing to do; 1: not confirmed; 3: --dry-run with changes pending; 5: bad
+    input; 6: a device in use; 7: host locked; 8: a step failed and was rolled back; 130/143/129: interrupted
+    (SIGINT/SIGTERM/SIGHUP), rolled back.
+    """
     from vgpu.cli import planview
 
     report = planview.ProvisionReport("release", as_json, None)
