@@ -153,3 +153,26 @@ def test_validate_concurrency_is_bounded_and_a_thread_limit_is_one_line(tmp_path
     line = assert_refused(proc, 5, "--concurrency 64", "could start only", "ulimit -v")
     assert "can't start new thread" not in line
     watch.unchanged()  # refused before any guest: no report directory
+
+
+@pytest.mark.parametrize("scenarios, needle", [("no-rocm", "none of its 2 guest(s) passed (2 failed, 0 not "
+                                                           "validated)"),
+                                               ("healthy,no-rocm", "1 of its 2 guest(s) did not pass (sim-02)"),
+                                               ("healthy", None)])
+def test_rollout_dry_run_warns_of_a_baseline_whose_guests_failed(area, scenarios, needle):  # noqa: F811
+    baseline = area / "baseline"
+    made = vgpu("validate", "--simulate", "--guests", "2", "--skip-workloads", "--scenario", scenarios,
+                "--report-dir", str(baseline), "-q", timeout=TIMEOUT)
+    assert made.returncode in (0, 1), made.stderr
+    watch = Watch(area)
+    args = ("rollout", "run", "-i", str(area / "inventory.yml"), "--profile", "mi300x-1vf", "--state-dir",
+            str(area / "rollout"), "--hosts", "gim_hosts", "--baseline", str(baseline), "--dry-run")
+    doc = json.loads(vgpu(*args, "--json", timeout=TIMEOUT).stdout)
+    human = vgpu(*args, timeout=TIMEOUT)
+    about = [w for w in doc["warnings"] if w.startswith(f"the baseline {baseline}")]
+    if needle is None:
+        assert about == []
+    else:
+        assert len(about) == 1 and needle in about[0]
+        assert needle in " ".join(human.stdout.split())
+    watch.unchanged()
