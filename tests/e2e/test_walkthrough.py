@@ -73,3 +73,19 @@ def test_export_keeps_the_vm_assignment_and_plans_back_in_sync_without_warnings(
     assert "in sync" in plan.stdout
     # the profile's own warnings (4 VFs is outside AMD's validated matrix) stay; none about VMs
     assert "VM" not in plan.stdout + plan.stderr
+
+
+def test_report_compare_names_where_it_wrote_and_each_rows_unit(tmp_path):
+    for name, scenario in (("before", "healthy"), ("after", "slow")):
+        run_cli("validate", "--simulate", "--guests", "1", "--scenario", scenario, "--report-dir",
+                str(tmp_path / name), "-q", sim_dir=tmp_path / "sim")
+    out = tmp_path / "cmp"
+    proc = run_cli("report", "--compare", str(tmp_path / "before"), str(tmp_path / "after"), "--report-dir", str(out),
+                   sim_dir=tmp_path / "sim", check_rc=1)
+    for kind, name in (("JSON", "comparison.json"), ("JUnit", "comparison.junit.xml"), ("HTML", "comparison.html")):
+        assert f"{kind} comparison: {out / name}" in proc.stdout and (out / name).is_file()
+    header = next(line for line in proc.stdout.splitlines() if "guest" in line and "verdict" in line)
+    assert [c.strip() for c in header.strip("┃│ ").split("┃")][:8] == ["guest", "check", "what", "baseline",
+                                                                     "current", "unit", "change", "verdict"]
+    measured = [line for line in proc.stdout.splitlines() if "fp8" in line and "measured" in line]
+    assert measured and all("│ TFLOPS │" in line for line in measured)

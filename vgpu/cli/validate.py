@@ -314,22 +314,28 @@ def _compare(pair, thresholds: tuple[str, ...], report_dir: Path | None, quiet: 
         check_report_dir(report_dir)
     baseline, current = (json_report.load(p) for p in pair)
     comp = cmp.compare(baseline, current, thresholds=limits, baseline_name=str(pair[0]), current_name=str(pair[1]))
+    written = {}
     if report_dir is not None:
         report_dir.mkdir(parents=True, exist_ok=True)
-        write_files(report_dir, {report_dir / cmp.COMPARE_JSON: cmp.render_json(comp),
-                                 report_dir / cmp.COMPARE_JUNIT: cmp.render_junit(comp),
-                                 report_dir / cmp.COMPARE_HTML: cmp.render_html(comp)})
+        written = {"JSON": (report_dir / cmp.COMPARE_JSON, cmp.render_json(comp)),
+                   "JUnit": (report_dir / cmp.COMPARE_JUNIT, cmp.render_junit(comp)),
+                   "HTML": (report_dir / cmp.COMPARE_HTML, cmp.render_html(comp))}
+        write_files(report_dir, dict(written.values()))
     if not quiet:
-        rows = table(f"{pair[0]} -> {pair[1]}", ("guest", "check", "what", "baseline", "current", "change", "verdict"))
+        rows = table(f"{pair[0]} -> {pair[1]}", ("guest", "check", "what", "baseline", "current", "unit", "change",
+                                                  "verdict"))
         styles = {"regressed": "bold red", "improved": "green"}
         for d in comp.deltas:
             if d.verdict == "same":
                 continue
             change = "" if d.relative is None else f"{d.relative:+.1f}%"
-            add_row(rows, d.guest, d.check, d.what, str(d.baseline), str(d.current), change,
+            unit = d.unit or "-"  # a status has none
+            add_row(rows, d.guest, d.check, d.what, str(d.baseline), str(d.current), unit, change,
                     cell(d.verdict, styles.get(d.verdict)))
         out = console()
         out.print(rows)
+        for kind, (path, _) in written.items():  # as `report --from` and `validate` say where they wrote
+            out.print(f"{kind} comparison: {safe(path)}", highlight=False)
         for g in comp.only_baseline:
             out.print(f"[yellow]unpaired[/]: {safe(g)} is only in the baseline")
         for g in comp.only_current:
