@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from vgpu.cli import cli
 
 README = Path(__file__).resolve().parents[2] / "README.md"
-CODE = re.compile(r"(?<![\w./-])(\d{1,3})(?![\w%.-])")
+CODE = re.compile(r"(?<![\w.-])(\d{1,3})(?![\w%.-])")
 
 
 def readme_rows() -> dict[str, set[int]]:
