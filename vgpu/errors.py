@@ -110,6 +110,9 @@ def install_entry_handlers() -> dict:
         if signal.getsignal(sig) == signal.SIG_DFL:
             previous[sig] = signal.signal(sig, _stop_now)
     return previous
+class NotConfirmed(VgpuError):
+    """A disruptive plan was not confirmed (declined, no terminal to ask, or --json without --yes): nothing was
+    changed. Exit 1; `provision/release --json` say ``result: "not-confirmed"`` (docs/plan-json.md)."""
 
 
 def interrupt_signals() -> tuple[signal.Signals, ...]:

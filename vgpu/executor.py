@@ -29,6 +29,7 @@ from pathlib import Path
 
 from vgpu.errors import ApplyError, HostError, InputError, InterruptedRun, LockedError, VgpuError, interrupt_signals
 from vgpu.host.files import FileStore
+from vgpu.journal_check import journal_problem
 from vgpu.inputs import InputFileError, load_json, write_error
 from vgpu.model.plan import Plan, Step, step_from_dict
 
@@ -55,14 +56,23 @@ def host_lock(state_dir: Path | None, timeout: float = 30.0, *, what: str = "the
         # never through a symlink, never a FIFO or device: the lock file is truncated and written below
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as exc:
+        # a lock file of the wrong kind is something in the state directory to remove (exit 5), not a full disk
         if exc.errno == errno.ELOOP:
-            raise HostError(f"the lock file {path} is a symbolic link; vgpu will not follow it",
-                            hint=f"remove it: vgpu makes its own lock file in {state_dir}") from None
+            raise InputError(f"the lock file {path} is a symbolic link; vgpu will not follow it",
+                             hint=f"remove it: vgpu makes its own lock file in {state_dir}") from None
+        if exc.errno == errno.EISDIR:
+            raise InputError(f"the lock file {path} is a directory, not a regular file; vgpu will not use it",
+                             hint=f"remove that directory (rmdir {path}): vgpu makes its own lock file in "
+                                  f"{state_dir}") from None
+        if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+            raise InputError(f"the state directory {state_dir} cannot be used: it, or a directory above it, is a "
+                             "regular file", hint=f"move that file away (is $VGPU_STATE_DIR a file?): vgpu makes "
+                                                  f"{state_dir} itself") from None
         raise _lock_error(exc, path) from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise HostError(f"the lock file {path} is not a regular file; vgpu will not write into it",
-                        hint=f"remove it: vgpu makes its own lock file in {state_dir}")
+        raise InputError(f"the lock file {path} is not a regular file; vgpu will not write into it",
+                         hint=f"remove it: vgpu makes its own lock file in {state_dir}")
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -166,13 +176,16 @@ class Journal:
         try:
             data = load_json(path, "journal")
         except InputFileError as exc:
-            if exc.errno == errno.ENOENT:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR):  # ENOTDIR: the state directory is a file (no journal)
                 return None
             if exc.errno is not None:
                 raise HostError(str(exc), hint="reading the journal needs root (run with sudo)") from None
             raise InputError(f"the journal {path} is damaged: {exc.problem}", hint=hint) from None
         if not isinstance(data, dict) or data.get("schema") != JOURNAL_SCHEMA:
             raise InputError(f"the journal {path} is damaged: not a {JOURNAL_SCHEMA} journal", hint=hint)
+        problem = journal_problem(data)  # every field used below, checked here once
+        if problem is not None:
+            raise InputError(f"the journal {path} is damaged: {problem}", hint=hint)
         return data
 
     def save(self, data: dict) -> None:
@@ -211,11 +224,8 @@ def pending_run(journal: Journal) -> Pending | None:
 
 
 def _entries(journal: Journal, data: dict) -> list[tuple[Step, dict, bool]]:
-    try:
-        return [(step_from_dict(e["step"]), dict(e["info"]), bool(e["done"])) for e in data.get("entries", [])]
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise HostError(f"the journal {journal.store.path('journal.json')} is damaged ({type(exc).__name__}: {exc})",
-                        hint="inspect it and the host (`vgpu status`), then remove it to continue") from None
+    """The journal's steps (Journal.load has checked their shape: vgpu/journal_check.py)."""
+    return [(step_from_dict(e["step"]), dict(e["info"]), e["done"]) for e in data.get("entries", [])]
 
 
 StepHook = Callable[[int, Step, str], None]  # (index, step, "before"|"after")

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from vgpu.errors import InputError
 from vgpu.model.inventory import Gpu, Inventory
 from vgpu.planner import VFIO
 
 
-def export_profile(inv: Inventory, name: str, model: str | None = None) -> dict:
-    """A v1 profile dict for the GPUs of ``model`` (default: the only model on the host)."""
+def export_profile(inv: Inventory, name: str, model: str | None = None, domains: Sequence | None = None) -> dict:
+    """A v1 profile dict for the GPUs of ``model`` (default: the only model on the host). ``domains``: the VMs
+    the hypervisor knows (DomainInfo, any platform), whose configured functions become the profile's
+    ``vms.assign``; None when the hypervisor was not asked (the profile then has no ``vms`` section)."""
     models = sorted({g.model for g in inv.gpus})
     if not models:
         raise InputError(f"{inv.source} has no AMD Instinct GPU to export")
@@ -21,16 +24,33 @@ def export_profile(inv: Inventory, name: str, model: str | None = None) -> dict:
     gpus = [g for g in inv.gpus if g.model.lower() == model.lower()]
     if not gpus:
         raise InputError(f"{inv.source} has no {model} (it has {', '.join(models)})")
-    return {"version": "v1", "name": _safe(name),
+    section, chosen = _gpu_section(gpus, len(gpus) == len([g for g in inv.gpus if g.model == gpus[0].model]))
+    data = {"version": "v1", "name": _safe(name),
             "description": f"exported from {inv.source}"[:300].replace("\n", " "),
-            "hypervisor": "esxi" if inv.platform == "esxi" else "kvm", "gpu": _gpu_section(gpus, len(gpus) == len([g for g in inv.gpus
-                                                                              if g.model == gpus[0].model]))}
+            "hypervisor": "esxi" if inv.platform == "esxi" else "kvm", "gpu": section}
+    vms = _vm_section(chosen, section["mode"], domains)
+    if vms is not None:
+        data["vms"] = vms
+    return data
+
+
+def _vm_section(chosen: list[Gpu], mode: str, domains: Sequence | None) -> dict | None:
+    """The VMs that have the exported functions in their configuration now, as an explicit assignment (so a
+    plan of the export attaches nothing and names no VM that does not exist). None when the hypervisor was not
+    asked or no VM has any of them: the profile's default assignment then applies, as it did."""
+    if not domains:
+        return None
+    functions = {fn.address for g in chosen for fn in (g.vfs if mode == "sriov" else (g,))}
+    assign = {d.name: sorted(str(a) for a in d.hostdevs if a in functions)
+              for d in sorted(domains, key=lambda d: d.name)}
+    assign = {vm: addresses for vm, addresses in assign.items() if addresses}
+    return {"assign": assign} if assign else None
 
 
 ESXI_PASSTHRU = "pciPassthru"  # vgpu/esxi/planner.py: an ESXi GPU whose passthrough is active
 
 
-def _gpu_section(gpus: list[Gpu], whole_model: bool) -> dict:
+def _gpu_section(gpus: list[Gpu], whole_model: bool) -> tuple[dict, list[Gpu]]:
     passthrough = [g for g in gpus if g.driver in (VFIO, ESXI_PASSTHRU)]
     sriov = [g for g in gpus if g.driver == "gim" and g.vfs]
     if passthrough and not sriov:
@@ -50,7 +70,7 @@ def _gpu_section(gpus: list[Gpu], whole_model: bool) -> dict:
         section["select"] = "all"
     else:
         section["select"] = {"addresses": [str(g.address) for g in chosen]}
-    return section
+    return section, chosen
 
 
 def _setup(g: Gpu) -> tuple:

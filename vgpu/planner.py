@@ -175,17 +175,19 @@ def _check_gpu(desired: Desired, target: Target, gpu: Gpu, catalog: Catalog) -> 
 
 def make_plan(desired: Desired, inv: Inventory, files: Mapping[str, str | None], holders: Holders,
               catalog: Catalog = DEFAULT, *, vm_steps: Sequence = (), vm_problems: Sequence[Problem] = (),
-              vms=()) -> Plan:
+              vms=(), vms_settled: bool = False) -> Plan:
     """The steps that bring ``inv`` to ``desired``. Raises Refusal with every problem found.
     ``vm_steps``/``vm_problems``: the VM side (vgpu/vms.py), run after the devices are bound and
-    before the profile is recorded; ``vms``: the VM assignment the plan shows (None: not predictable)."""
+    before the profile is recorded; ``vms``: the VM assignment the plan shows (None: not predictable);
+    ``vms_settled``: every VM of the assignment that exists already has its functions (nothing to attach,
+    nothing pending), so a record that differs only in how ``vms`` is written describes the same setup."""
     problems = check(desired, inv, catalog) + list(vm_problems)
     if problems:
         raise Refusal(desired.profile, problems)
     steps = _sriov_steps(desired, inv, files, holders) if desired.mode is Mode.SRIOV else \
         _passthrough_steps(desired, inv, files, holders)
     steps += list(vm_steps)
-    steps += _persistence_steps(desired, files)
+    steps += _persistence_steps(desired, files, vms_settled and not vm_steps)
     return Plan(profile=desired.profile, host=inv.source, steps=tuple(steps), warnings=desired.warnings, vms=vms)
 
 
@@ -286,9 +288,12 @@ def modprobe_text(desired: Desired) -> str:
             "options vfio-pci disable_idle_d3=1\n")
 
 
-def _same_record(a: str | None, b: str) -> bool:
-    """Records match when they describe the same setup: names and descriptions do not count, and two
-    selections that resolved to the same GPUs (``count: 4`` and those four addresses) are the same."""
+def _same_record(a: str | None, b: str, vms_settled: bool = False) -> bool:
+    """Records match when they describe the same setup: names and descriptions do not count, two
+    selections that resolved to the same GPUs (``count: 4`` and those four addresses) are the same, and with
+    ``vms_settled`` so are two ``vms`` sections the VMs already agree with (the pattern a profile was applied
+    with, and the explicit ``assign`` `vgpu export` reads back from them)."""
+    ignored = ("name", "description", "vms") if vms_settled else ("name", "description")
     import json
     try:
         x, y = json.loads(a or "null"), json.loads(b)
@@ -299,14 +304,14 @@ def _same_record(a: str | None, b: str) -> bool:
     for r in (x, y):
         r.pop("profile", None)
         if isinstance(r.get("spec"), dict):
-            r["spec"] = {k: v for k, v in r["spec"].items() if k not in ("name", "description")}
+            r["spec"] = {k: v for k, v in r["spec"].items() if k not in ignored}
             if "gpus" in r and isinstance(r["spec"].get("gpu"), dict):
                 r["spec"]["gpu"] = {k: v for k, v in r["spec"]["gpu"].items() if k != "select"}
     return x == y
 
 
-def _persistence_steps(desired: Desired, files) -> list:
-    if _same_record(files.get(STATE_RECORD), desired.record) and files.get(UNIT_PATH) == desired.unit \
+def _persistence_steps(desired: Desired, files, vms_settled: bool = False) -> list:
+    if _same_record(files.get(STATE_RECORD), desired.record, vms_settled) and files.get(UNIT_PATH) == desired.unit \
             and files.get(UNIT_LINK) is not None:
         return []
     return [InstallPersistence(profile=desired.profile, record=desired.record, unit=desired.unit)]

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from vgpu.catalog import Mode
-from vgpu.errors import InUseError, InputError, RefusedError, VgpuError
+from vgpu.errors import InUseError, InputError, NotConfirmed, RefusedError, VgpuError
 from vgpu.host.discovery import discover
 from vgpu.executor import Executor, Journal, Outcome, StepHook, host_lock, lock_holder, pending_run
 from vgpu.host.holders import function_holders
@@ -78,9 +78,11 @@ def plan_profile(target: HostTarget, profile) -> PlanResult:
         planned = planned_vms(profile, desired, inv)
     except (RefusedError, InputError) as exc:
         planned, vm_problems = PlannedVms(None), [Problem("vms", exc.message, exc.hint)]
-    steps, taken = attach_steps(planned, view.domains, profile.vms.numa_policy.value, warnings)
+    steps, taken, waiting = attach_steps(planned, view.domains, profile.vms.numa_policy.value, warnings)
+    settled = planned.vms is not None and view.domains is not None and not (steps or waiting)
     plan = make_plan(desired, inv, current_files(target), holders, vm_steps=steps, vm_problems=vm_problems + taken,
-                     vms=planned.vms)
+                     vms=planned.vms, vms_settled=settled)
+    plan = replace(plan, pending=waiting)  # running VMs that lack their functions: not in sync until shut down
     if planned.vms is None and not vm_problems:
         warnings.append("which VM gets which VF is known only once gim has created the VFs (the PFs do not "
                         "report their SR-IOV offset and stride)")
@@ -153,7 +155,8 @@ class ProvisionResult:
     recovered: list[str]
     dry_run: bool = False
     warnings: list[str] = field(default_factory=list)
-    pending: tuple[str, ...] = ()  # applied and verified, but the host matches only after these (an ESXi reboot)
+    # applied and verified, but the host matches only after these (an ESXi reboot, a running VM to shut down)
+    pending: tuple[str, ...] = ()
 
 
 Confirm = Callable[[Plan], bool]
@@ -171,15 +174,15 @@ def provision(target: HostTarget, profile, *, dry_run: bool = False, force: bool
         result = plan_profile(target, profile)
         result.warnings[:0] = early
         plan = result.plan
-        if plan.in_sync or dry_run:
-            return ProvisionResult(plan, None, recovered, dry_run, result.warnings)
+        if not plan.steps or dry_run:
+            return ProvisionResult(plan, None, recovered, dry_run, result.warnings, plan.pending)
         check_holders(plan, force)
         if confirm is not None and not confirm(plan):
-            raise VgpuError("not applied: the plan was not confirmed", hint="rerun with --yes to skip the question")
+            raise NotConfirmed("not applied: the plan was not confirmed", hint="rerun with --yes to skip the question")
         baseline = current_files(target)
         outcome = executor.run(plan, baseline, verify=lambda: verify_with_gim_log(executor.ctx,
                                                                                   lambda: _verify(target, profile)))
-    return ProvisionResult(plan, outcome, recovered, False, result.warnings)
+    return ProvisionResult(plan, outcome, recovered, False, result.warnings, plan.pending)
 
 
 def _recover(target: HostTarget, executor: Executor, force: bool, confirm: Confirm | None,
@@ -216,7 +219,7 @@ def _recover(target: HostTarget, executor: Executor, force: bool, confirm: Confi
                          "asked now to put them back or to say which VMs run",
                          hint="start libvirtd and rerun; --force rolls back the host side anyway")
     if confirm is not None and not confirm(rollback):
-        raise VgpuError(f"not applied: the rollback of the interrupted {pending.profile} run was not confirmed",
+        raise NotConfirmed(f"not applied: the rollback of the interrupted {pending.profile} run was not confirmed",
                         hint="rerun with --yes to skip the question")
     return [f"undid '{line}'" for line in executor.recover()]
 
@@ -257,9 +260,10 @@ def check_holders(plan: Plan, force: bool,
 
 
 def _verify(target: HostTarget, profile) -> None:
-    """Read the host back: success means planning again yields zero steps."""
+    """Read the host back: success means planning again yields zero steps (what is pending outside vgpu, a
+    running VM to shut down, is reported as pending, not as a failed verification)."""
     again = plan_profile(target, profile).plan
-    if not again.in_sync:
+    if again.steps:
         pending = "; ".join(s.describe() for s in again.steps)
         raise VgpuError(f"verification failed: after applying, the host still differs ({pending})")
 
@@ -303,7 +307,7 @@ def release(target: HostTarget, *, dry_run: bool = False, force: bool = False, c
             return ProvisionResult(plan, None, recovered, dry_run, warnings)
         check_holders(plan, force)
         if confirm is not None and not confirm(plan):
-            raise VgpuError("not released: the plan was not confirmed", hint="rerun with --yes")
+            raise NotConfirmed("not released: the plan was not confirmed", hint="rerun with --yes")
         outcome = executor.run(plan, current_files(target), verify=lambda: _verify_released(target))
     return ProvisionResult(plan, outcome, recovered, False, warnings)
 

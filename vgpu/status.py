@@ -21,6 +21,7 @@ class Item:
     what: str
     expected: str
     actual: str
+    fix: str | None = None  # what must happen outside vgpu before provision can fix this item
 
     @property
     def ok(self) -> bool:
@@ -38,8 +39,10 @@ def vm_items(planned_vms, domains) -> list[Item]:
         if domain is None:
             continue
         have = [a for a in functions if a in domain.hostdevs]
+        # a running VM is never hot-plugged (vgpu/vms.py): provision cannot fix it until the VM is shut down
+        fix = "shut it down (GPUs are cold-plugged only)" if domain.active and len(have) < len(functions) else None
         items.append(Item(f"VM {vm}", "attached", ", ".join(str(a) for a in functions),
-                          ", ".join(str(a) for a in have) or "none"))
+                          ", ".join(str(a) for a in have) or "none", fix))
     return items
 
 

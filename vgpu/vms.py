@@ -6,8 +6,9 @@ the hypervisor (libvirt, or the simulated one) what it knows. ``attach_steps`` a
 are pure: they turn the two into plan steps, warnings and refusals.
 
 vgpu attaches only to VMs that are already defined (it does not create VMs) and only while they are
-shut off: GPUs with huge BARs are cold-plugged (docs/hardware.md §5). A VM that is not defined yet, or is
-running, is named in a warning and gets its functions on a later `vgpu provision`.
+shut off: GPUs with huge BARs are cold-plugged (docs/hardware.md §5). A VM that is not defined yet is named in
+a warning; a running one that lacks its functions is pending (the host does not match the profile until it is
+shut down); both get their functions on a later `vgpu provision`.
 """
 
 from __future__ import annotations
@@ -92,11 +93,13 @@ def vm_view(target, inv: Inventory, warnings: list[str]) -> VmView:
 
 
 def attach_steps(planned: PlannedVms, domains: Mapping[str, DomainInfo] | None, numa_policy: str,
-                 warnings: list[str]) -> tuple[list[AttachFunctions], list[Problem]]:
+                 warnings: list[str]) -> tuple[list[AttachFunctions], list[Problem], tuple[str, ...]]:
     """Cold-plug steps for the assigned VMs that exist and lack their functions; problems for a
-    function another VM's configuration already holds."""
+    function another VM's configuration already holds; and what is pending outside vgpu: a running VM that
+    lacks its functions (cold-plug only) keeps the host from matching the profile until it is shut down, so
+    plan, provision and status all say the host is not in sync yet (Plan.pending), none claims it matches."""
     if planned.vms is None or domains is None:
-        return [], []
+        return [], [], ()
     steps, problems, undefined, running = [], [], [], []
     owner = {a: d.name for d in domains.values() for a in d.hostdevs}
     for vm, functions in planned.vms:
@@ -114,7 +117,8 @@ def attach_steps(planned: PlannedVms, domains: Mapping[str, DomainInfo] | None, 
         if taken or not missing:
             continue
         if domain.active:
-            running.append(vm)
+            running.append(f"shut down VM {vm} (it is running, and GPUs are cold-plugged only), then run provision "
+                           f"again: it attaches {', '.join(str(a) for a in missing)}")
             continue
         nodes = {planned.numa.get(a) for a in functions}
         node = nodes.pop() if numa_policy != "none" and len(nodes) == 1 else None
@@ -123,10 +127,7 @@ def attach_steps(planned: PlannedVms, domains: Mapping[str, DomainInfo] | None, 
         shown = ", ".join(undefined[:4]) + (f" and {len(undefined) - 4} more" if len(undefined) > 4 else "")
         warnings.append(f"{len(undefined)} VM(s) of the assignment are not defined in libvirt ({shown}): vgpu "
                         "attaches functions to VMs that exist; define them (q35, UEFI) and run provision again")
-    if running:
-        warnings.append(f"VM(s) {', '.join(running)} are running, and GPUs are cold-plugged only: shut them down "
-                        "and run provision again to attach their functions")
-    return steps, problems
+    return steps, problems, tuple(running)
 
 
 def detach_steps(domains: Mapping[str, DomainInfo] | None, functions: Sequence[PciAddress]) -> list[DetachFunctions]:

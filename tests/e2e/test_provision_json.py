@@ -5,6 +5,7 @@ the real CLI and checked against the committed schema, the exit code and the hos
 """
 
 import json
+import shlex
 
 import jsonschema
 
@@ -72,8 +73,24 @@ def test_json_never_asks_a_disruptive_plan_needs_yes(sim):
     host = sim()
     before = inventory(host)
     doc = doc_of(cli(host, "provision", "--profile", "mi300x-4vf", rc=1))
-    assert doc["result"] == "failed" and "never ask" in doc["error"]["message"]
+    assert doc["result"] == "not-confirmed" and "never ask" in doc["error"]["message"]
     assert "--yes" in doc["error"]["hint"]
+    # the review command it names shows this plan on this host (pasted as is)
+    review = doc["error"]["hint"].split("`")[1]
+    assert review == f"vgpu plan --profile mi300x-4vf --json --sim-dir {host.state_dir} --simulate"
+    assert inventory(host).gpus == before.gpus
+
+
+def test_release_json_without_yes_is_not_confirmed_and_its_hint_shows_the_release_plan(sim):
+    host = sim()
+    doc_of(cli(host, "provision", "--profile", "mi300x-4vf", "--yes", rc=0))
+    before = inventory(host)
+    doc = doc_of(cli(host, "release", rc=1))
+    assert (doc["action"], doc["result"], doc["changed"]) == ("release", "not-confirmed", False)
+    review = shlex.split(doc["error"]["hint"].split("`")[1])
+    assert review[:4] == ["vgpu", "release", "--dry-run", "--json"]
+    shown = doc_of(run_cli(*review[1:], sim_dir=host.state_dir, check_rc=3))
+    assert (shown["result"], shown["plan"]["action"]) == ("planned", "release") and shown["plan"]["steps"]
     assert inventory(host).gpus == before.gpus
 
 

@@ -37,13 +37,14 @@ def test_provision_attaches_each_defined_vm_its_vfs_and_replans_to_zero(sim):
     assert plan_profile(target, profile).plan.in_sync
 
 
-def test_running_vm_is_not_hot_plugged_but_named(sim):
+def test_running_vm_is_not_hot_plugged_and_keeps_the_plan_pending(sim):
     host = sim()
     hv = hypervisor_of(host)
     hv.define_domain("gpu-vm-00", running=True)
     result = plan_profile(target_of(host), load_profile("mi300x-4vf"))
     assert not [s for s in result.plan.steps if s.kind == "attach-functions"]
-    assert any("gpu-vm-00 are running, and GPUs are cold-plugged only" in w for w in result.warnings)
+    assert [p for p in result.plan.pending if p.startswith("shut down VM gpu-vm-00 (it is running")]
+    assert not result.plan.in_sync
 
 
 def test_function_already_in_another_vms_configuration_is_refused(sim):

@@ -156,8 +156,10 @@ def gpus(sim: Path) -> list[Path]:
 
 
 # what the id attribute holds: garbage text, nothing, an empty line, out-of-alphabet hex, or no file at all
+# and numbers no 16-bit id can be: 20000 hex digits (one spelling of AMD's 0x1002 among them), 17 bits
 GARBLE = {"garbage": b"garbage\n", "empty": b"", "newline": b"\n", "bad-hex": b"0xZZZZ\n", "absent": None,
-          "binary": b"\xff\xfe\x00\x01"}
+          "binary": b"\xff\xfe\x00\x01", "huge-hex": b"0x" + b"f" * 20000 + b"\n",
+          "padded-amd": b"0x" + b"0" * 19996 + b"1002\n", "wide": b"0x11002\n"}
 
 
 def garble(gpu: Path, attribute: str, how: str) -> None:

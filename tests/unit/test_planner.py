@@ -206,3 +206,15 @@ def test_records_with_selections_resolving_to_the_same_gpus_are_the_same_setup()
     assert not _same_record(state_record("a", spec, gpus), state_record("b", other, gpus[:1]))
     changed = {**other, "gpu": {**other["gpu"], "vfs_per_gpu": 8}}
     assert not _same_record(state_record("a", spec, gpus), state_record("b", changed, gpus))
+
+
+def test_a_vms_section_counts_unless_the_vms_already_agree_with_it():
+    from vgpu.persist import state_record
+    from vgpu.planner import _same_record
+    gpu = {"model": "MI300X", "vfs_per_gpu": 4, "select": "all"}
+    pattern = {"name": "a", "gpu": gpu, "vms": {"vfs_per_vm": 1, "name_pattern": "gpu-vm-{index:02d}"}}
+    explicit = {"name": "b", "gpu": gpu, "vms": {"assign": {"gpu-vm-00": ["0000:05:02.0"]}}}
+    assert not _same_record(state_record("a", pattern), state_record("b", explicit))
+    assert _same_record(state_record("a", pattern), state_record("b", explicit), vms_settled=True)
+    other_gpu = {**explicit, "gpu": {**gpu, "vfs_per_gpu": 8}}
+    assert not _same_record(state_record("a", pattern), state_record("b", other_gpu), vms_settled=True)

@@ -32,8 +32,12 @@ def test_list_shows_every_shipped_profile_with_its_support_level():
 
 
 def test_list_json_carries_support_and_warnings():
+    import jsonschema
     data = json.loads(_run("list", "--json").output)
-    by_name = {p["name"]: p for p in data}
+    schema = json.loads((Path(__file__).parents[2] / "vgpu/schemas/profile-list-v1.json").read_text())
+    jsonschema.validate(data, schema)
+    assert data["schema"] == "vgpu.profile-list/v1"
+    by_name = {p["name"]: p for p in data["profiles"]}
     assert by_name["mi300x-1vf"]["support"] == "supported" and by_name["mi300x-1vf"]["warnings"] == []
     assert by_name["mi300x-8vf"]["gpu"]["memory_partition"] == "NPS4"
 

@@ -149,8 +149,7 @@ def test_a_regression_against_the_baseline_fails_a_guest_that_passed_its_own_thr
     assert out.exit_code == ExitCode.FAILURE
     rec = store.load().hosts["kvm-2"]
     assert rec.state == "failed" and rec.phase == "compare"
-    assert rec.reason == ("guest vm-2: fp8.hipblaslt measured regressed from 1300.0 to 1100.0 -15.4% "
-                          "(threshold 5%)")
+    assert rec.reason == "guest vm-2 regressed: fp8.hipblaslt measured 1300.0 -> 1100.0 -15.4% (threshold 5%)"
     comparison = json.loads((store.path / "wave-02" / "run-1" / "compare" / "comparison.json").read_text())
     assert comparison["only_baseline"] == []  # compared with the wave's own guests, not the whole fleet
     assert store.load().waves[1].reports["compare"] == "wave-02/run-1/compare/comparison.html"
@@ -320,3 +319,24 @@ def test_a_new_run_of_a_wave_does_not_point_at_the_last_runs_reports(make):
     fleet.failing, fleet.provision_fails["kvm-2"] = set(), "provision: failed at Apply the profile: held"
     resume(store, fleet)
     assert store.load().waves[1].reports == {"provision": "wave-02/run-2/provision.json"}
+
+
+def test_a_failed_hosts_reason_is_one_line_per_guest_and_says_the_host_keeps_the_profile(make, capsys, monkeypatch):
+    from vgpu.cli.rollout import _finish
+
+    monkeypatch.setenv("COLUMNS", "300")
+    store, rollout = make(baseline=True)
+    fleet = Fleet({"vm-2": 900.0})
+    fleet.failing = {"vm-2"}  # fails its own check and regresses: two problems, one guest
+    base = report({f"vm-{i}": 1300.0 for i in range(1, 6)})
+    assert Runner(store, rollout, fleet, baseline=base).run().exit_code == ExitCode.FAILURE
+    capsys.readouterr()
+    _finish(store.load(), False, store.path)
+    out = capsys.readouterr().out
+    lines = [line.strip() for line in out.splitlines()]
+    assert "kvm-2 failed at validate; it stays provisioned with mi300x-1vf (a failed wave is not rolled back):" \
+        in lines
+    guest_lines = [line for line in lines if line.startswith("- guest vm-2")]
+    assert guest_lines == ["- guest vm-2: validation fail: fp8.hipblaslt (first: GEMM); regressed: fp8.hipblaslt "
+                           "status pass -> fail, fp8.hipblaslt measured 1300.0 -> 900.0 -30.8% (threshold 5%)"]
+    assert "1 problem(s), listed below" in out

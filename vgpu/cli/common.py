@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shlex
 from dataclasses import dataclass
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -55,6 +56,39 @@ class HostChoice:
 
 
 _ESXI_DETAILS = ("esxi_user", "esxi_password_file", "esxi_thumbprint", "esxi_ca", "esxi_host", "insecure")
+_HOST_KEY = "vgpu.host"  # where host_options leaves the HostChoice in click's context (for next_command)
+
+
+def host_argv(choice: HostChoice | None) -> list[str]:
+    """The command-line options that name ``choice``'s host again: --simulate/--sim-dir, a capture, or --esxi
+    with its user, password file, trust and host name. Never a password (it comes from a file or the
+    environment), so a hint built from these can be shown and pasted safely."""
+    if choice is None:
+        return []
+    argv: list[str] = []
+    if choice.sim_dir is not None:
+        argv += ["--sim-dir", choice.sim_dir]
+    for flag, value in (("--sysfs-root", choice.sysfs_root), ("--snapshot", choice.snapshot),
+                        ("--esxi", choice.esxi), ("--esxi-user", choice.esxi_user),
+                        ("--esxi-password-file", choice.esxi_password_file),
+                        ("--esxi-thumbprint", choice.esxi_thumbprint), ("--esxi-ca", choice.esxi_ca),
+                        ("--esxi-host", choice.esxi_host)):
+        if value is not None:
+            argv += [flag, str(value)]
+    if choice.insecure:
+        argv.append("--insecure")
+    if choice.simulate is not None:  # last: a bare --simulate takes no value
+        argv += ["--simulate"] if choice.simulate == SIM_DEFAULT else ["--simulate", choice.simulate]
+    return argv
+
+
+def next_command(*args: str) -> str:
+    """``vgpu ARGS`` followed by the host options of the command that is running, quoted for a POSIX shell:
+    the one way every "next command" hint is written, so pasting it from a simulated or remote session
+    works on the same host instead of this machine's."""
+    ctx = click.get_current_context(silent=True)
+    choice = ctx.meta.get(_HOST_KEY) if ctx is not None else None
+    return shlex.join(["vgpu", *args, *host_argv(choice)])
 
 
 def host_options(fn: Callable | None = None, *, esxi: bool = True) -> Callable:
@@ -97,7 +131,11 @@ def host_options(fn: Callable | None = None, *, esxi: bool = True) -> Callable:
     def wrapper(*args, **kwargs):
         fields = {f: kwargs.pop(f, None) for f in HostChoice.__dataclass_fields__}
         fields["insecure"] = bool(fields["insecure"])
-        return fn(*args, host=HostChoice(**fields), **kwargs)
+        choice = HostChoice(**fields)
+        ctx = click.get_current_context(silent=True)
+        if ctx is not None:
+            ctx.meta[_HOST_KEY] = choice
+        return fn(*args, host=choice, **kwargs)
     for option in reversed(options):
         wrapper = option(wrapper)
     return wrapper
@@ -159,10 +197,26 @@ def open_sim(machine: str | None, state_dir: Path):
     from vgpu.sim import SimHost
 
     if not SimHost.exists(state_dir):
-        return SimHost.create(state_dir, machine=machine or "8xmi300x")
+        return _build_sim(state_dir, machine or "8xmi300x", new=True)
     host = SimHost.open(state_dir)
     if machine is not None and not host.is_machine(machine):
         from vgpu.cli.render import safe
         click.echo(safe(f"note: rebuilding the simulated host in {state_dir} as {machine}", markup=False), err=True)
-        return SimHost.create(state_dir, machine=machine)
+        return _build_sim(state_dir, machine, new=False)
     return host
+
+
+def _build_sim(state_dir: Path, machine: str, *, new: bool):
+    """SimHost.create, with a full disk or a read-only file system as one line (exit 5) instead of a traceback;
+    a host that was new and is left half-built is removed (only it: it carries the marker this run wrote)."""
+    import shutil
+
+    from vgpu.inputs import write_error
+    from vgpu.sim import SimHost
+
+    try:
+        return SimHost.create(state_dir, machine=machine)
+    except OSError as exc:
+        if new and SimHost.exists(state_dir):
+            shutil.rmtree(state_dir, ignore_errors=True)
+        raise write_error(exc, "simulated host", state_dir) from None

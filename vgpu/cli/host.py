@@ -7,6 +7,8 @@ import click
 from vgpu.cli.common import host_options, open_host
 from vgpu.errors import ExitCode
 
+HOST_CHECK_SCHEMA = "vgpu.host-check/v1"  # vgpu/schemas/host-check-v1.json
+
 
 @click.group()
 def host() -> None:
@@ -14,7 +16,7 @@ def host() -> None:
 
 
 @host.command()
-@click.option("--json", "as_json", is_flag=True, help="Print findings as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON (schema vgpu.host-check/v1).")
 @host_options(esxi=False)
 def check(as_json: bool, host) -> int:
     """Check IOMMU, kernel command line, gim/vfio modules, drivers, hugepages. Exit 1 when not ready."""
@@ -22,8 +24,8 @@ def check(as_json: bool, host) -> int:
         inv = target.discover()
     if as_json:
         from vgpu.cli.render import print_json
-        doc = inv.to_dict()
-        print_json({"schema": doc["schema"], "source": doc["source"], "ready": doc["ready"],
+        doc = inv.to_dict()  # its own schema: this is not an inventory (no gpus, no host), docs/inventory-schema.md
+        print_json({"schema": HOST_CHECK_SCHEMA, "source": doc["source"], "ready": doc["ready"],
                     "findings": doc["findings"]})
     else:
         from vgpu.cli.render import console, findings_table

@@ -9,7 +9,7 @@ import sys
 import click
 
 from vgpu.cli.common import host_options, open_host
-from vgpu.errors import ExitCode, InterruptedRun, VgpuError, interrupt_signals
+from vgpu.errors import ExitCode, InterruptedRun, NotConfirmed, VgpuError, interrupt_signals
 
 
 def _profile_option(fn):
@@ -67,7 +67,12 @@ def _refused(exc, profile: str, host: str, as_json: bool) -> int:
               help="Print the result as JSON (schema vgpu.provision/v1); never asks: disruptive plans need --yes.")
 @host_options
 def provision(profile_ref, recorded, dry_run, yes, force, lock_timeout, vf_timeout, as_json, host) -> int:
-    """Apply a profile: configure gim, create VFs, set partitions, bind vfio-pci, persist; verify by read-back."""
+    """Apply a profile: configure gim, create VFs, set partitions, bind vfio-pci, persist; verify by read-back.
+
+    Exit 0: applied and verified, or nothing to do; 1: not confirmed; 3: --dry-run with changes pending, or applied
+    but pending (a running VM to shut down, an ESXi reboot); 4: refused; 5: bad input; 6: a device in use; 7: host
+    locked; 8: a step failed and was rolled back; 130/143/129: interrupted (SIGINT/SIGTERM/SIGHUP), rolled back.
+    """
     from vgpu.cli import planview
     from vgpu.planner import Refusal
 
@@ -101,8 +106,21 @@ def _confirm_for(yes: bool, as_json: bool):
 def _refuse_unconfirmed(plan) -> bool:
     if not plan.disruptive:
         return True
-    raise VgpuError("the plan disrupts devices and --json runs never ask to confirm",
-                    hint="review `vgpu plan --json`, then rerun with --yes")
+    raise NotConfirmed("the plan disrupts devices and --json runs never ask to confirm: nothing was changed",
+                       hint=f"review `{_review_command(plan, json=True)}`, then rerun with --yes")
+
+
+def _review_command(plan, *, json: bool = False) -> str:
+    """The command that shows ``plan`` again without changing anything, on the same host."""
+    from vgpu.cli.common import next_command
+    from vgpu.cli.planview import profile_command
+
+    extra = ("--json",) if json else ()
+    if plan.action == "release":
+        return next_command("release", "--dry-run", *extra)
+    if plan.action == "rollback":  # what an interrupted run left: status names it
+        return next_command("status", *extra)
+    return profile_command("plan", plan, *extra)
 
 
 def _confirm(plan) -> bool:
@@ -112,8 +130,8 @@ def _confirm(plan) -> bool:
     from vgpu.cli import planview
     planview.show_plan(plan, [])
     if not sys.stdin.isatty():
-        raise VgpuError("the plan disrupts devices and no terminal is attached to confirm it",
-                        hint="review `vgpu plan`, then rerun with --yes")
+        raise NotConfirmed("the plan disrupts devices and no terminal is attached to confirm it",
+                           hint=f"review `{_review_command(plan)}`, then rerun with --yes")
     try:
         with _signals_raise():
             return click.confirm("Apply these disruptive steps?", default=False)
@@ -122,8 +140,9 @@ def _confirm(plan) -> bool:
         raise InterruptedRun("interrupted at the confirmation question: nothing was changed", exc.signum) from None
     except click.exceptions.Abort:  # end of input (Ctrl-D, a closed terminal): click printed nothing after it
         click.echo("", err=True)
-        raise VgpuError("no answer at the confirmation question (standard input ended): nothing was changed",
-                        hint="answer y to apply the steps, or review `vgpu plan` and rerun with --yes") from None
+        raise NotConfirmed("no answer at the confirmation question (standard input ended): nothing was changed",
+                           hint=f"answer y to apply the steps, or review `{_review_command(plan)}` and rerun "
+                                "with --yes") from None
 
 
 class _Signalled(Exception):
@@ -179,12 +198,17 @@ def status(as_json, wait, host) -> int:
 @click.option("--dry-run", is_flag=True, help="Show the release plan and stop.")
 @click.option("-y", "--yes", is_flag=True, help="Do not ask before disruptive steps.")
 @click.option("--force", is_flag=True, help="Proceed even when VMs or processes hold the devices.")
-@click.option("--lock-timeout", type=float, default=30.0, show_default=True)
+@click.option("--lock-timeout", type=float, default=30.0, show_default=True, help="Seconds to wait for the host lock.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the result as JSON (schema vgpu.provision/v1); never asks: disruptive plans need --yes.")
 @host_options
 def release(dry_run, yes, force, lock_timeout, as_json, host) -> int:
-    """Return the host to its default state: VFs off vfio-pci, vgpu's config and boot unit removed."""
+    """Return the host to its default state: VFs off vfio-pci, vgpu's config and boot unit removed.
+
+    Exit 0: released and verified, or nothing to do; 1: not confirmed; 3: --dry-run with changes pending; 5: bad
+    input; 6: a device in use; 7: host locked; 8: a step failed and was rolled back; 130/143/129: interrupted
+    (SIGINT/SIGTERM/SIGHUP), rolled back.
+    """
     from vgpu.cli import planview
 
     report = planview.ProvisionReport("release", as_json, None)
@@ -211,11 +235,14 @@ def export(name, model, output, host) -> None:
     from vgpu.profiles import load_profile_text
 
     target = output_target(output, "profile output")  # checked before the host is read
+    warnings: list[str] = []
     with open_host(host) as host_target:
-        data = host_target.export(name, model)
+        data = host_target.export(name, model, warnings)
+    from vgpu.cli.render import safe
+    for warning in warnings:  # the VM assignment could not be read: say the export lacks it
+        click.echo(f"warning: {safe(warning, markup=False)}; the profile has no vms section", err=True)
     text = yaml.safe_dump(data, sort_keys=False)
     load_profile_text(text, source=f"{name}.yaml")  # what we export must load back
     write_output(target, text.encode(), "profile output", mode=0o644)
     if target is not None:
-        from vgpu.cli.render import safe
         click.echo(f"wrote {safe(target, markup=False)}", err=True)

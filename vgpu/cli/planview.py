@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from vgpu.cli.common import next_command
 from vgpu.cli.render import add_row, cell, console, print_json, safe, table
 from vgpu.model.plan import Plan
 
@@ -16,6 +17,8 @@ def show_plan(plan: Plan, warnings: list[str]) -> None:
         return
     _show_pending(out, plan.pending)
     if not plan.steps:
+        out.print(f"[bold yellow]not in sync[/]: {safe(plan.host)} matches {safe(plan.profile)} once the pending "
+                  f"action above is done and `{safe(profile_command('provision', plan))}` runs again")
         return
     undo = plan.action == "rollback"
     title = (f"Rollback of the interrupted {plan.profile} run on {plan.host} (each step undone, in this order)"
@@ -31,9 +34,19 @@ def show_plan(plan: Plan, warnings: list[str]) -> None:
         out.print(f"[bold red]in use:[/] {safe(', '.join(holders))} would lose devices"
                   " (provision refuses without --force)")
     verdict = "[bold yellow]disruptive[/]" if plan.disruptive else "non-disruptive"
-    how = {"apply": f" Apply with `vgpu provision --profile {safe(plan.profile)}`.",
-           "release": " Apply with `vgpu release`."}.get(plan.action, "")
+    how = {"apply": f" Apply with `{safe(profile_command('provision', plan))}`.",
+           "release": f" Apply with `{safe(next_command('release'))}`."}.get(plan.action, "")
     out.print(f"{len(plan.steps)} step(s), {verdict}.{how}")
+
+
+def profile_command(verb: str, plan: Plan, *extra: str) -> str:
+    """`vgpu VERB --profile P` for ``plan``'s profile on the same host: the profile as the command line named it
+    (a file stays a file, --recorded stays --recorded for provision), else by its name."""
+    import click
+    params = getattr(click.get_current_context(silent=True), "params", None) or {}
+    if verb == "provision" and params.get("recorded"):
+        return next_command(verb, "--recorded", *extra)
+    return next_command(verb, "--profile", params.get("profile_ref") or plan.profile, *extra)
 
 
 def _show_pending(out, pending) -> None:
@@ -160,10 +173,14 @@ def show_status(profile: str, host: str, items, as_json: bool, unfinished: str |
     out.print(rows)
     if unfinished is not None:
         _show_unfinished(unfinished)
-    else:
-        out.print("[green]in sync[/]" if in_sync else
-                  f"[bold red]drift[/]: {sum(not i.ok for i in items)} item(s) differ; "
-                  "`vgpu provision --recorded` re-applies")
+        return
+    if in_sync:
+        out.print("[green]in sync[/]")
+        return
+    fixes = [f"{i.subject}: {i.fix}" for i in items if not i.ok and i.fix]
+    first = f"{'; '.join(fixes)}; then " if fixes else ""
+    out.print(f"[bold red]drift[/]: {sum(not i.ok for i in items)} item(s) differ; {safe(first)}"
+              f"`{safe(next_command('provision', '--recorded'))}` re-applies")
 
 
 PROVISION_SCHEMA = "vgpu.provision/v1"
@@ -187,9 +204,9 @@ class ProvisionReport:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        from vgpu.errors import VgpuError
+        from vgpu.errors import NotConfirmed, VgpuError
         if self.as_json and isinstance(exc, VgpuError):
-            self._emit(result="failed", changed=False,
+            self._emit(result="not-confirmed" if isinstance(exc, NotConfirmed) else "failed", changed=False,
                        error={"message": exc.message, "hint": exc.hint, "exit_code": int(exc.exit_code),
                               "kind": type(exc).__name__})
         return False

@@ -42,9 +42,9 @@ def list_playbooks() -> None:
 def run(name, inventory, limit, extra, check, diff, as_json) -> int:
     """Run playbook NAME over an inventory: live progress per host, then each host's result.
 
-    Exit 0: every host ok or changed; 8: a host failed; 9: a host was unreachable; 5: bad inventory or
-    variables (nothing ran); 130/143/129: interrupted (SIGINT/SIGTERM/SIGHUP), each host's outcome (applied,
-    rolled back, unknown, not started) read back from it after the stop.
+    Exit 0: every host ok or changed; 1: ansible-playbook failed and no host says why; 8: a host failed; 9: a host
+    was unreachable; 5: bad inventory or variables (nothing ran); 130/143/129: interrupted (SIGINT/SIGTERM/SIGHUP),
+    each host's outcome (applied, rolled back, unknown, not started) read back from it after the stop.
     """
     from vgpu.automation.playbooks import parse_extra_vars, run_playbook
     from vgpu.errors import InterruptedRun

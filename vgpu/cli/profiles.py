@@ -15,7 +15,8 @@ def profiles() -> None:
 
 
 @profiles.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print the shipped profiles, resolved, as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the shipped profiles, resolved, as JSON (schema vgpu.profile-list/v1).")
 def list_cmd(as_json: bool) -> None:
     """The shipped profiles: model, mode, VFs, partitions, hypervisor and AMD's support level."""
     from vgpu.profiles import list_profiles
@@ -23,7 +24,9 @@ def list_cmd(as_json: bool) -> None:
     found = list_profiles()
     if as_json:
         from vgpu.cli.render import print_json
-        print_json([{**p.to_dict(), "support": p.support.value, "warnings": p.warnings()} for p in found])
+        print_json({"schema": "vgpu.profile-list/v1",  # vgpu/schemas/profile-list-v1.json
+                    "profiles": [{**p.to_dict(), "support": p.support.value, "warnings": p.warnings()}
+                                 for p in found]})
         return
     from vgpu.cli.render import add_row, console, table
 

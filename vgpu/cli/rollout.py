@@ -66,8 +66,7 @@ def run(inventory, profile, guest_profile, state_dir, hosts_pattern, guests_patt
     from vgpu.rollout.state import StateDir
 
     store = StateDir(state_dir)
-    if not dry_run:
-        store.check_new()
+    store.check_new()  # read-only: a dry run refuses a directory the real run would refuse
     req = P.Request(inventory=inventory, profile=profile, guest_profile=guest_profile, hosts_pattern=hosts_pattern,
                     guests_pattern=guests_pattern, canary=tuple(canary), serial=W.parse_serial(serial),
                     max_unavailable=max_unavailable, baseline=baseline, thresholds=tuple(thresholds),
@@ -182,12 +181,42 @@ def _finish(state, as_json: bool, state_dir: Path, running: str | None = None, c
     verdict = "[yellow]interrupted[/] (no run holds it: the last one ended without recording why)" if orphaned \
         else verdicts[state.state]
     out.print(f"roll-out {verdict}: {line}" + (f" - {safe(state.reason)}" if state.reason else ""))
+    _show_failed_hosts(out, state)
     for wave in state.waves:
         if wave.state == "failed":
             for name, rel in wave.reports.items():
                 out.print(f"{wave.label} {safe(name)}: {safe(str(Path(state_dir) / rel))}", highlight=False)
     if state.state in ("stopped", "interrupted") or orphaned:
         out.print(f"resume: vgpu rollout resume --state-dir {safe(str(state_dir))}", highlight=False)
+
+
+# Phases after provisioning: a host that failed there was provisioned (and verified) with the new profile, and a
+# roll-out does not roll a host back when its guests fail: it stays so until resumed or changed by hand.
+PROVISIONED_PHASES = ("guest-stack", "validate", "compare")
+
+
+def reason_lines(reason: str | None) -> list[str]:
+    """A host's reason as one line per guest (its problems together) and one per other cause, in order."""
+    groups: dict[str, list[str]] = {}
+    for part in filter(None, (p.strip() for p in (reason or "").split("; "))):
+        head = " ".join(part.split(":", 1)[0].split()[:2]) if part.startswith("guest ") else part
+        groups.setdefault(head, []).append(part[len(head):].lstrip(": ") if head != part else part)
+    return [k if k in v else f"{k}: {'; '.join(v)}" for k, v in groups.items()]
+
+
+def _show_failed_hosts(out, state) -> None:
+    """Each failed host's reason, grouped per guest, below the table (whose cell only says how many); and that a
+    host that failed after provisioning keeps the new profile."""
+    from vgpu.cli.render import safe
+
+    for h, rec in state.hosts.items():
+        if rec.state != "failed":
+            continue
+        kept = (f"; it stays provisioned with {state.spec.profile} (a failed wave is not rolled back)"
+                if rec.phase in PROVISIONED_PHASES else "")
+        out.print(f"[bold red]{safe(h)} failed[/] at {safe(rec.phase or '?')}{safe(kept)}:", highlight=False)
+        for line in reason_lines(rec.reason):
+            out.print(f"  - {safe(line)}", highlight=False)
 
 
 def state_table(state):
@@ -206,8 +235,11 @@ def state_table(state):
                 wave.reason if wave.state == "failed" else "")
         for h in hosts:
             rec = state.hosts[h]
+            reason = rec.reason
+            if rec.state == "failed":  # in full below the table, one line per guest
+                reason = f"{len(reason_lines(rec.reason))} problem(s), listed below"
             add_row(rows, "", h, cell(rec.state.replace("_", " "), HOST_STYLES.get(rec.state)),
-                    rec.phase if rec.state != "done" else "", len(rec.guests), rec.reason)
+                    rec.phase if rec.state != "done" else "", len(rec.guests), reason)
     return rows
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from vgpu.cli.common import sim_dir_of
+from vgpu.cli.common import SIM_DEFAULT, open_sim, sim_dir_of
 
 
 @click.group()
@@ -72,8 +72,12 @@ def remove(sim_dir: str | None) -> None:
 @sim.command("vm")
 @click.argument("names", nargs=-1, required=True)
 @click.option("--running", is_flag=True, help="Start them (a running VM holds its devices).")
-@click.option("--sim-dir", default=None, metavar="DIR")
-def vm(names: tuple[str, ...], running: bool, sim_dir: str | None) -> None:
+@click.option("--simulate", "machine", is_flag=False, flag_value=SIM_DEFAULT, default=None, metavar="[MACHINE|FILE]",
+              help="As with every host command: the simulated host (built on first use, default machine "
+                   "8xmi300x); without it the host must exist already.")
+@click.option("--sim-dir", default=None, metavar="DIR",
+              help="State directory of the simulated host (default $VGPU_SIM_DIR or ~/.cache/vgpu/sim).")
+def vm(names: tuple[str, ...], running: bool, machine: str | None, sim_dir: str | None) -> None:
     """Define VMs (q35, UEFI, no GPU yet) in the simulated host's libvirt, as `virsh define` would;
     `vgpu provision` then attaches the profile's functions to those that are shut off."""
     from vgpu.errors import InputError
@@ -83,10 +87,15 @@ def vm(names: tuple[str, ...], running: bool, sim_dir: str | None) -> None:
     from vgpu.vms import sim_hypervisor_dir
 
     state = sim_dir_of(sim_dir)
-    if not SimHost.exists(state):
+    if machine is not None:  # the same host `provision --simulate [MACHINE]` works on
+        host = open_sim(None if machine == SIM_DEFAULT else machine, state)
+    elif not SimHost.exists(state):
         from vgpu.sim.host import MARKER
-        raise InputError(f"no simulated host in {state} (no {MARKER} marker)", hint="create one with `vgpu sim reset`")
-    hv = SimHypervisor(sim_hypervisor_dir(SimHost.open(state).root))
+        raise InputError(f"no simulated host in {state} (no {MARKER} marker)",
+                         hint="create one with `vgpu sim reset`, or give --simulate")
+    else:
+        host = SimHost.open(state)
+    hv = SimHypervisor(sim_hypervisor_dir(host.root))
     existing = {d.name for d in hv.domains()}
     for name in names:
         try:

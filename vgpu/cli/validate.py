@@ -6,6 +6,7 @@ Exit codes (docs/exit-codes.md): 0 every guest passed; 1 a check failed or an ag
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -19,6 +20,20 @@ from vgpu.guest.agent.result import STATUSES
 
 DEFAULT_SIM_GUESTS = 4
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")  # OpenSSH's, and the validate role's validate_known_hosts default
+# One thread per guest in flight, each with a stack of its own (8 MiB by default on Linux): 256 keep within a
+# few GB of address space and saturate any controller's SSH; more would only queue in sshd's MaxStartups.
+MAX_CONCURRENCY = 256
+
+
+class _ScenarioOption(click.Option):
+    """--scenario, whose help lists the simulator's own scenario names (read when help is shown, so the list
+    cannot drift from vgpu.sim.guests.SCENARIOS and a run that needs no help imports nothing for it)."""
+
+    def get_help_record(self, ctx):
+        from vgpu.sim.guests import SCENARIOS
+        base = (self.help or "").split(" (one of:")[0]
+        self.help = f"{base} (one of: {', '.join(SCENARIOS)})."
+        return super().get_help_record(ctx)
 
 
 @click.command()
@@ -29,8 +44,8 @@ DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")  # OpenSSH's, and the validate 
 @click.option("--profile", help="Profile for guests that name neither a profile nor an expect block.")
 @click.option("--report-dir", required=True, type=click.Path(path_type=Path),
               help="Where to write validation-report.{json,junit.xml,html}.")
-@click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, 512),
-              help="Guests validated at the same time.")
+@click.option("--concurrency", default=8, show_default=True, type=click.IntRange(1, MAX_CONCURRENCY),
+              help=f"Guests validated at the same time (at most {MAX_CONCURRENCY}: one thread each).")
 @click.option("--timeout", default=900.0, show_default=True, type=click.FloatRange(min=1),
               help="Seconds one agent run may take on a guest.")
 @click.option("--connect-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0.1),
@@ -45,8 +60,8 @@ DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")  # OpenSSH's, and the validate 
 @click.option("--user", help="SSH user for guests that name none (default: the local user).")
 @click.option("--simulate", is_flag=True, help="Validate simulated guests on this machine (no SSH, no GPU).")
 @click.option("--replay-dir", type=click.Path(path_type=Path), help="With --simulate: captured tool outputs.")
-@click.option("--scenario", "scenarios", default="healthy", show_default=True, metavar="NAME[,NAME...]",
-              help="With --simulate: scenarios given to the simulated guests in turn.")
+@click.option("--scenario", "scenarios", cls=_ScenarioOption, default="healthy", show_default=True,
+              metavar="NAME[,NAME...]", help="With --simulate: scenarios given to the simulated guests in turn")
 @click.option("--skip-workloads", is_flag=True, help="Run only the inventory checks, not HIP/FP8 workloads.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary table.")
 @click.pass_context
@@ -69,13 +84,54 @@ def validate(ctx: click.Context, guests, inventory, limit, profile, report_dir, 
             jobs, transport = _remote(guests, inventory, limit, profile, known_hosts, accept_new_host_keys,
                                       identity, user, skip_workloads)
         agent = build_agent(Path(tmp) / "agent")
-        with _Progress(len(jobs), quiet) as progress:
+        _check_threads(min(concurrency, len(jobs)), concurrency)  # before any guest is contacted
+        with _Progress(len(jobs), quiet) as progress, _thread_limit(concurrency):
             report = run_fanout(jobs, transport, agent, concurrency=concurrency, timeouts=timeouts,
                                 on_start=progress.start, on_done=progress.done)
     paths = write_all(report, report_dir)
     if not quiet:
         _summary(report, paths)
     ctx.exit(report.exit_code)
+
+
+def _too_many_threads(concurrency: int, started: int | None) -> InputError:
+    could = f"only {started}" if started is not None else "not that many"
+    return InputError(f"--concurrency {concurrency}: this process could start {could} threads (its "
+                      "address-space limit, `ulimit -v`, or process limit, `ulimit -u`, is too low)",
+                      hint="lower --concurrency, or raise those limits")
+
+
+def _check_threads(needed: int, concurrency: int) -> None:
+    """Start the threads the fan-out will use, idle, and let them go: a limit too low for them (an
+    address-space limit for their stacks, a process limit) is one line before any guest is contacted."""
+    import threading
+
+    release, started = threading.Event(), []
+    try:
+        for _ in range(needed):
+            thread = threading.Thread(target=release.wait, daemon=True)
+            thread.start()
+            started.append(thread)
+    except RuntimeError as exc:
+        if "can't start new thread" not in str(exc):
+            raise
+        raise _too_many_threads(concurrency, len(started)) from None
+    finally:
+        release.set()
+        for thread in started:
+            thread.join()
+
+
+@contextlib.contextmanager
+def _thread_limit(concurrency: int):
+    """The same limit met later (another process of this user took the room): one line, not an internal
+    error; the guests already started finish first."""
+    try:
+        yield
+    except RuntimeError as exc:
+        if "can't start new thread" not in str(exc):
+            raise
+        raise _too_many_threads(concurrency, None) from None
 
 
 def _remote(guests, inventory, limit, profile, known_hosts, accept_new, identity, user, skip_workloads):
@@ -139,6 +195,11 @@ def _simulated(count, inventory, profile, replay_dir, scenarios, skip_workloads,
         bad = ", ".join(repr(s) for s in unknown) or repr(scenarios)
         raise InputError(f"unknown scenario {bad}; known: {', '.join(SCENARIOS)}")
     spec = None if profile else ExpectSpec(**SIM_TARGET)
+    if spec is not None:  # say what the guests are judged against: nobody asked for it
+        t = SIM_TARGET
+        click.echo(f"note: no --profile: the simulated guests are judged as {t['model']} "
+                   f"{t['compute']}/{t['memory']} {'VFs' if t['is_vf'] else 'whole GPUs'} (how they are simulated); "
+                   "give --profile NAME to judge them as that profile's guests", err=True)
     jobs = []
     for i in range(n):
         name, scenario = f"sim-{i + 1:02d}", names[i % len(names)]
@@ -255,22 +316,28 @@ def _compare(pair, thresholds: tuple[str, ...], report_dir: Path | None, quiet: 
         check_report_dir(report_dir)
     baseline, current = (json_report.load(p) for p in pair)
     comp = cmp.compare(baseline, current, thresholds=limits, baseline_name=str(pair[0]), current_name=str(pair[1]))
+    written = {}
     if report_dir is not None:
         report_dir.mkdir(parents=True, exist_ok=True)
-        write_files(report_dir, {report_dir / cmp.COMPARE_JSON: cmp.render_json(comp),
-                                 report_dir / cmp.COMPARE_JUNIT: cmp.render_junit(comp),
-                                 report_dir / cmp.COMPARE_HTML: cmp.render_html(comp)})
+        written = {"JSON": (report_dir / cmp.COMPARE_JSON, cmp.render_json(comp)),
+                   "JUnit": (report_dir / cmp.COMPARE_JUNIT, cmp.render_junit(comp)),
+                   "HTML": (report_dir / cmp.COMPARE_HTML, cmp.render_html(comp))}
+        write_files(report_dir, dict(written.values()))
     if not quiet:
-        rows = table(f"{pair[0]} -> {pair[1]}", ("guest", "check", "what", "baseline", "current", "change", "verdict"))
+        rows = table(f"{pair[0]} -> {pair[1]}", ("guest", "check", "what", "baseline", "current", "unit", "change",
+                                                  "verdict"))
         styles = {"regressed": "bold red", "improved": "green"}
         for d in comp.deltas:
             if d.verdict == "same":
                 continue
             change = "" if d.relative is None else f"{d.relative:+.1f}%"
-            add_row(rows, d.guest, d.check, d.what, str(d.baseline), str(d.current), change,
+            unit = d.unit or "-"  # a status has none
+            add_row(rows, d.guest, d.check, d.what, str(d.baseline), str(d.current), unit, change,
                     cell(d.verdict, styles.get(d.verdict)))
         out = console()
         out.print(rows)
+        for kind, (path, _) in written.items():  # as `report --from` and `validate` say where they wrote
+            out.print(f"{kind} comparison: {safe(path)}", highlight=False)
         for g in comp.only_baseline:
             out.print(f"[yellow]unpaired[/]: {safe(g)} is only in the baseline")
         for g in comp.only_current:

@@ -100,7 +100,7 @@ class EsxiTarget:
     def release(self, **options) -> ProvisionResult:
         return release(self, **options)
 
-    def export(self, name: str, model: str | None) -> dict:
+    def export(self, name: str, model: str | None, warnings: list[str] | None = None) -> dict:  # noqa: ARG002
         return export(self, name, model)
 
     def domains(self, warnings: list[str], inv: Inventory | None = None):  # noqa: ARG002

@@ -116,17 +116,39 @@ def parse_int(text: str | None, base: int = 0) -> int | None:
         return None
 
 
+# The widest value each sysfs attribute can hold: vendor/device/subsystem ids are 16 bits and the class code 24
+# (PCI Local Bus spec, configuration header); a wider number is damage, read like garbage (None), so a GPU
+# whose id is `0x` and 20000 digits is reported as unidentified like its siblings, never dropped unseen.
+ID_MAX, CLASS_MAX = 0xFFFF, 0xFFFFFF
+# numa_node is -1 (no node) or below MAX_NUMNODES = 1 << CONFIG_NODES_SHIFT, whose largest allowed value is 10
+# on x86 (arch/x86/Kconfig: NODES_SHIFT "range 1 10"; include/linux/numa.h): at most 1024 nodes (docs/hardware.md).
+MAX_NUMNODES = 1024
+
+
+def parse_bounded(text: str | None, base: int, maximum: int) -> int | None:
+    """:func:`parse_int` for a field of known width: None when absent, garbage, negative or above ``maximum``."""
+    if text is not None and len(text) > len(f"{maximum:#x}") + 2:  # never build a 20000-digit int to reject it
+        return None
+    value = parse_int(text, base)
+    return value if value is not None and 0 <= value <= maximum else None
+
+
+def parse_numa_node(text: str | None) -> int | None:
+    """A function's NUMA node: None for -1 (none), garbage or a node Linux cannot have (>= MAX_NUMNODES)."""
+    return parse_bounded(text, 10, MAX_NUMNODES - 1)
+
+
 def read_identity(view: DeviceView) -> FunctionRecord | None:
     """The cheap part every function needs: address, ids, class, driver. None if not a PCI function."""
     try:
         address = PciAddress.parse(view.name)
     except ValueError:
         return None
-    vendor, device = parse_int(view.attr("vendor"), 16), parse_int(view.attr("device"), 16)
+    vendor, device = parse_bounded(view.attr("vendor"), 16, ID_MAX), parse_bounded(view.attr("device"), 16, ID_MAX)
     if vendor is None or device is None:
         return None
     return FunctionRecord(address=address, vendor=vendor, device=device,
-                          class_code=parse_int(view.attr("class"), 16) or 0, driver=view.link("driver"),
+                          class_code=parse_bounded(view.attr("class"), 16, CLASS_MAX) or 0, driver=view.link("driver"),
                           iommu_group=parse_int(view.link("iommu_group"), 10))
 
 
@@ -143,21 +165,20 @@ def unidentified_gpu(view: DeviceView) -> PciAddress | None:
         address = PciAddress.parse(view.name)
     except ValueError:
         return None
-    vendor = parse_int(view.attr("vendor"), 16)
+    vendor = parse_bounded(view.attr("vendor"), 16, ID_MAX)
     if vendor is not None and vendor != AMD:
         return None
     if view.link("driver") in GPU_DRIVERS:
         return address
-    class_code = parse_int(view.attr("class"), 16)
+    class_code = parse_bounded(view.attr("class"), 16, CLASS_MAX)
     return address if class_code is None or (class_code >> 16) in GPU_CLASSES else None
 
 
 def read_details(view: DeviceView, rec: FunctionRecord) -> FunctionRecord:
     """Fill in the rest for a function we care about (a catalog GPU or one of its VFs)."""
-    sv, sd = parse_int(view.attr("subsystem_vendor"), 16), parse_int(view.attr("subsystem_device"), 16)
+    sv, sd = (parse_bounded(view.attr(a), 16, ID_MAX) for a in ("subsystem_vendor", "subsystem_device"))
     rec.subsystem = (sv, sd) if sv is not None and sd is not None else None
-    numa = parse_int(view.attr("numa_node"), 10)
-    rec.numa_node = numa if numa is not None and numa >= 0 else None
+    rec.numa_node = parse_numa_node(view.attr("numa_node"))
     physfn = view.link("physfn")
     rec.physfn = _address_or_none(physfn)
     rec.virtfns = _virtfns(view)

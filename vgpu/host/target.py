@@ -94,9 +94,12 @@ class HostTarget:
         from vgpu.provision import release
         return release(self, **options)
 
-    def export(self, name: str, model: str | None) -> dict:
+    def export(self, name: str, model: str | None, warnings: list[str] | None = None) -> dict:
+        """The host as it is now as a profile, with the VM assignment libvirt has (none from a capture)."""
         from vgpu.export import export_profile
-        return export_profile(self.discover(), name, model)
+        inv = self.discover()
+        domains = None if self.read_only else self.domains([] if warnings is None else warnings, inv)
+        return export_profile(inv, name, model, domains)
 
     def domains(self, warnings: list[str], inv=None):
         """The VMs (DomainInfo) its hypervisor knows, or None (with a warning) when it cannot be asked.

@@ -26,7 +26,9 @@ from vgpu.model import profile_assign
 from vgpu.model.profile_assign import SAFE_NAME, FieldError, safe_name
 from vgpu.model.pci import PciAddress
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# C0 and C1 controls and DEL, and every other character Unicode (and str.splitlines) breaks a line at: NEL
+# U+0085 (a C1 control), LINE SEPARATOR U+2028, PARAGRAPH SEPARATOR U+2029 (Unicode UAX #14, mandatory breaks).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 # Worse first: the summary support level of a profile is the worst of its parts.
 _SUPPORT_ORDER = (Support.UNSUPPORTED, Support.UNVALIDATED, Support.PREVIEW, Support.SUPPORTED)
 DEFAULT_NAME_PATTERN = "gpu-vm-{index:02d}"

@@ -123,6 +123,7 @@ def prepare(req: Request) -> Prepared:
     baseline = base_sha = None
     if req.baseline is not None:
         baseline, base_sha = load_baseline(req.baseline)
+        notes += baseline_notes(baseline, req.baseline)
         known = {g.name for g in baseline.guests}
         unpaired = [g for h in fleet.hosts for g in by_host.get(h, []) if g not in known]
         if unpaired:
@@ -171,6 +172,21 @@ def check_against_inventory(rollout: Rollout) -> None:
         raise InputError(f"inventory {spec.inventory} resolves differently than when the roll-out started (a host or "
                          "guest, a group, or a variable in it or its group_vars/host_vars changed)",
                          hint="restore it, or start a new roll-out with another --state-dir")
+
+
+def baseline_notes(baseline, path: Path) -> list[str]:
+    """What makes a baseline a poor yardstick: no guest of it passed (a wave compared with it "regresses" against
+    a broken run, so a broken wave passes), or some did not (those guests are compared with failures)."""
+    verdicts = [g.verdict for g in baseline.guests]
+    bad = [g.name for g in baseline.guests if g.verdict != "pass"]
+    if verdicts and not bad:
+        return []
+    if len(bad) == len(verdicts):
+        return [f"the baseline {path}: none of its {len(verdicts)} guest(s) passed ({verdicts.count('fail')} failed, "
+                f"{verdicts.count('error')} not validated): comparing with it cannot show a regression; give a "
+                "baseline from a run whose guests passed"]
+    return [f"the baseline {path}: {len(bad)} of its {len(verdicts)} guest(s) did not pass ("
+            + ", ".join(bad[:5]) + (" ..." if len(bad) > 5 else "") + "): they are compared with a failed run"]
 
 
 def load_baseline(path: Path):

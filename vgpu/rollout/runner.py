@@ -293,13 +293,15 @@ class Runner:
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_files(d, {d / cmp.COMPARE_JSON: cmp.render_json(comp), d / cmp.COMPARE_JUNIT: cmp.render_junit(comp),
                         d / cmp.COMPARE_HTML: cmp.render_html(comp)})
+        by_guest: dict[str, list[str]] = {}  # one reason per guest, naming each regressed check once
         for delta in comp.regressions:
-            h = guests.get(delta.guest)
-            if h is not None:
+            if delta.guest in guests:
                 change = "" if delta.relative is None else f" {delta.relative:+.1f}%"
                 limit = "" if delta.threshold is None else f" (threshold {delta.threshold:g}%)"
-                self._fail_host(recs[h], f"guest {delta.guest}: {delta.check} {delta.what} regressed from "
-                                         f"{delta.baseline} to {delta.current}{change}{limit}")
+                by_guest.setdefault(delta.guest, []).append(f"{delta.check} {delta.what} {delta.baseline} -> "
+                                                            f"{delta.current}{change}{limit}")
+        for g, checks in by_guest.items():
+            self._fail_host(recs[guests[g]], f"guest {g} regressed: {', '.join(checks)}")
 
 
 def _why(guest) -> str:
