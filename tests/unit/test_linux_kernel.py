@@ -65,10 +65,11 @@ def test_settle_asks_udevadm_with_a_timeout_and_survives_its_absence(tmp_path):
     assert os.path.exists(log)
 
 
-def test_host_lock_where_it_cannot_be_created_is_a_host_error(tmp_path):
+def test_host_lock_under_a_regular_file_is_bad_input_naming_it(tmp_path):
+    from vgpu.errors import InputError
     from vgpu.executor import host_lock
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    with pytest.raises(HostError, match="cannot take the host lock"):
+    with pytest.raises(InputError, match="it, or a directory above it, is a regular file"):
         with host_lock(blocker / "vgpu"):
             pass

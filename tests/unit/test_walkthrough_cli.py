@@ -3,7 +3,7 @@
 from click.testing import CliRunner
 
 from vgpu.cli import cli
-from vgpu.sim.guests import SCENARIOS, SIM_TARGET
+from vgpu.sim.guests import SCENARIOS, SIM_TARGET  # noqa: F401
 
 
 def invoke(*args):

@@ -27,10 +27,10 @@ MAX_CONCURRENCY = 256
 
 class _ScenarioOption(click.Option):
     """--scenario, whose help lists the simulator's own scenario names (read when help is shown, so the list
-    cannot drift from vgpu.sim.guests.SCENARIOS and a run that needs no help imports nothing for it)."""
+    cannot drift from the simulator's list, vgpu.sim.scenarios, which imports nothing)."""
 
     def get_help_record(self, ctx):
-        from vgpu.sim.guests import SCENARIOS
+        from vgpu.sim.scenarios import SCENARIOS
         base = (self.help or "").split(" (one of:")[0]
         self.help = f"{base} (one of: {', '.join(SCENARIOS)})."
         return super().get_help_record(ctx)

@@ -121,7 +121,7 @@ def parse_int(text: str | None, base: int = 0) -> int | None:
 # whose id is `0x` and 20000 digits is reported as unidentified like its siblings, never dropped unseen.
 ID_MAX, CLASS_MAX = 0xFFFF, 0xFFFFFF
 # numa_node is -1 (no node) or below MAX_NUMNODES = 1 << CONFIG_NODES_SHIFT, whose largest allowed value is 10
-# on x86 (arch/x86/Kconfig: NODES_SHIFT "range 1 10"; include/linux/numa.h): at most 1024 nodes (docs/hardware.md).
+# on x86 (arch/x86/Kconfig: NODES_SHIFT "range 1 10"; include/linux/numa.h): at most 1024 nodes (docs/hardware.md §5).
 MAX_NUMNODES = 1024
 
 

@@ -25,9 +25,9 @@ from pathlib import Path
 from vgpu.errors import InputError
 from vgpu.inputs import load_json
 from vgpu.guest.agent.guest import ROOT_ENV, TORCH_PYTHON_ENV
+from vgpu.sim.scenarios import SCENARIOS  # the names live where `validate --help` can read them cheaply
 
 REPLAY_ROOT = Path(__file__).resolve().parent / "replay"
-SCENARIOS: tuple[str, ...] = ("healthy", "slow", "no-rocm", "wrong-partition")
 # What every scenario's guest is meant to be: expectations for the demo are built from this
 # (vgpu.guest.expect.build_expectation(**SIM_TARGET)); "wrong-partition" deliberately differs.
 SIM_TARGET = {"model": "MI300X", "compute": "SPX", "memory": "NPS1", "is_vf": True}
