@@ -27,7 +27,7 @@ from vgpu.inputs import load_json
 from vgpu.guest.agent.guest import ROOT_ENV, TORCH_PYTHON_ENV
 
 REPLAY_ROOT = Path(__file__).resolve().parent / "replay"
-SCENARIOS: tuple[str, ...] = ("healthy", "slow", "no-rocm", "wrong-partition")
+SCENARIOS: tuple[str, ...] = ("healthy", "slow", "throttling", "no-rocm", "missing-tools", "wrong-partition")
 # What every scenario's guest is meant to be: expectations for the demo are built from this
 # (vgpu.guest.expect.build_expectation(**SIM_TARGET)); "wrong-partition" deliberately differs.
 SIM_TARGET = {"model": "MI300X", "compute": "SPX", "memory": "NPS1", "is_vf": True}
