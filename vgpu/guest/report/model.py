@@ -201,6 +201,9 @@ def _fields(obj: dict[str, Any], spec: dict[str, tuple[set[str], bool]], where: 
                 out.append(f"{name}: missing field {key!r}" if key not in obj else f"{name}: is null")
         elif _json_type(obj[key]) not in types:
             out.append(f"{name}: expected {' or '.join(sorted(types))}, got {_json_type(obj[key])}")
+        elif isinstance(obj[key], float) and not math.isfinite(obj[key]):
+            # 1e400 parses to inf, NaN/Infinity are accepted by Python's json: no report vgpu writes holds one
+            out.append(f"{name}: {obj[key]!r} is not a finite number")
     return out
 
 
