@@ -240,3 +240,15 @@ def test_partition_without_memory_mode_is_judged_on_the_compute_mode(tmp_path):
     part = results["amdsmi.partition"]
     assert part.expected == "SPX/NPS1"
     assert part.status == "pass" and part.measured == "SPX", part
+
+
+def test_a_rocm_6_4_guest_gives_baseline_numbers(tmp_path):
+    """The ROCm 6.4 -> 7.x comparison needs 6.4's numbers: right FP8 type name, amd-smi read as JSON."""
+    ctx = context(tmp_path, rocm="6.4")
+    (ctx.guest.root / "opt" / "rocm" / ".info" / "version").write_text("6.4.3-127\n")
+    perf, verify = workloads.check_hipblaslt(ctx)
+    assert (perf.status, perf.measured, verify.status) == ("pass", 1290.0, "pass")
+    static, partition = gpu_checks.check_amdsmi(ctx)
+    assert static.status == "pass" and static.measured == "0x74b5 gfx942 304 CU"
+    calls = [json.loads(line) for line in (tmp_path / "guest" / "calls.jsonl").read_text().splitlines()]
+    assert ["static", "--json"] in [c["argv"] for c in calls if c["tool"] == "amd-smi"]

@@ -90,14 +90,14 @@ def check_amdsmi(ctx: Context) -> List[CheckResult]:
     """``amd-smi static`` agrees with the expectation: device id, gfx target, CUs, partition."""
     from .parsers.amdsmi import parse_amdsmi
 
-    run = ctx.guest.run(["amd-smi", "static"], base.TIMEOUTS["query"])
+    run = ctx.guest.run(["amd-smi", "static", "--json"], base.TIMEOUTS["query"])
     if not run.ok:
         why = run.why() + ("" if not run.missing else ": install amd-smi-lib")
         return [error("amdsmi.static", why), error("amdsmi.partition", why)]
     try:
         gpus = parse_amdsmi(run.stdout)
     except ParseError as exc:
-        why = "amd-smi static output not understood: %s" % exc
+        why = "amd-smi static --json output not understood: %s" % exc
         return [error("amdsmi.static", why), error("amdsmi.partition", why)]
     return [_static_result(ctx, gpus), _partition_result(ctx, gpus)]
 
