@@ -252,3 +252,25 @@ def test_a_rocm_6_4_guest_gives_baseline_numbers(tmp_path):
     assert static.status == "pass" and static.measured == "0x74b5 gfx942 304 CU"
     calls = [json.loads(line) for line in (tmp_path / "guest" / "calls.jsonl").read_text().splitlines()]
     assert ["static", "--json"] in [c["argv"] for c in calls if c["tool"] == "amd-smi"]
+
+
+@pytest.mark.parametrize("probe, model, status, says", [
+    ("0.0009765625", "MI300X", "pass", "decoded as 0.000976562: FNUZ encoding"),
+    ("0.001953125", "MI300X", "fail", "decoded as 0.00195312: OCP encoding, but MI300X uses FNUZ"),
+    ("0", "MI300X", "fail", "decoded as 0: neither, but MI300X uses FNUZ"),
+])
+def test_the_fp8_tile_tells_fnuz_from_ocp(tmp_path, probe, model, status, says):
+    """Issue 23: small integers are exact in both encodings; 1.25 * 2^-10 is not."""
+    replay = replay_copy(tmp_path)
+    path = replay / "vgpu_checks_1024"
+    path.write_text(path.read_text().replace('"format_probe":0.0009765625', '"format_probe":' + probe))
+    r = {r.name: r for r in workloads.check_hip(context(tmp_path, replay=replay, model=model))}["hip.fp8_mfma"]
+    assert r.status == status and says in r.detail, r.detail
+
+
+def test_a_program_without_the_format_probe_proves_nothing_about_the_encoding(tmp_path):
+    replay = replay_copy(tmp_path)
+    path = replay / "vgpu_checks_1024"
+    path.write_text(path.read_text().replace(',"format_probe":0.0009765625', ""))
+    r = {r.name: r for r in workloads.check_hip(context(tmp_path, replay=replay))}["hip.fp8_mfma"]
+    assert r.status == "error" and "cannot tell FNUZ from OCP" in r.detail

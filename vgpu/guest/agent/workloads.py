@@ -20,6 +20,10 @@ from .guest import TORCH_PYTHON_ENV
 from .result import CheckResult
 
 HIP_SOURCE = "hip/vgpu_checks.hip"
+# What 1.25 * 2^-10 decodes to after the hardware's FP8 conversion (vgpu_checks.hip VGPU_FORMAT_PROBE): FNUZ
+# e4m3 (bias 8, subnormals m * 2^-10) rounds it to 2^-10, OCP e4m3fn (bias 7, m * 2^-9) to 2^-9; checked
+# against ml_dtypes in tests/unit/test_fp8_reference.py.
+FORMAT_PROBE = {"fnuz": 2.0 ** -10, "ocp": 2.0 ** -9}
 TORCH_INSTALL = ("install a ROCm PyTorch (pip install torch --index-url https://download.pytorch.org/whl/rocm<X.Y>) "
                  "or point VGPU_AGENT_TORCH_PYTHON at the python that has it")
 HIP_CHECKS = ("hip.compile", "hip.vector_add", "hip.bandwidth", "hip.fp8_mfma")
@@ -90,8 +94,16 @@ def _fp8_mfma(ctx: Context, item: Any) -> CheckResult:
                 item["skipped"], ctx.expect["model"]))
         return skip("hip.fp8_mfma", "not applicable: %s" % item["skipped"])
     bad = int(item.get("mismatches", -1))
-    detail = "%s FP8 MFMA 16x16x32 tile: expected %s, got %s" % (
-        ctx.expect["fp8"]["format"].upper(), item.get("expected"), item.get("got"))
+    fmt = ctx.expect["fp8"]["format"]
+    detail = "%s FP8 MFMA 16x16x32 tile: expected %s, got %s" % (fmt.upper(), item.get("expected"), item.get("got"))
+    probe = item.get("format_probe")
+    if not isinstance(probe, (int, float)) or isinstance(probe, bool):
+        return unjudged(ctx, "hip.fp8_mfma", "the HIP program printed no format_probe: cannot tell FNUZ from OCP")
+    seen = [name for name, value in FORMAT_PROBE.items() if float(probe) == value]
+    detail += "; 1.25*2^-10 decoded as %g: %s" % (probe, "%s encoding" % seen[0].upper() if seen else "neither")
+    if seen != [fmt]:
+        detail += ", but %s uses %s (docs/hardware.md §8)" % (ctx.expect["model"], fmt.upper())
+        return result("hip.fp8_mfma", False, bad if bad else 1, 0, "mismatches", detail)
     return result("hip.fp8_mfma", bad == 0, bad, 0, "mismatches", detail)
 
 
