@@ -274,3 +274,15 @@ def test_a_program_without_the_format_probe_proves_nothing_about_the_encoding(tm
     path.write_text(path.read_text().replace(',"format_probe":0.0009765625', ""))
     r = {r.name: r for r in workloads.check_hip(context(tmp_path, replay=replay))}["hip.fp8_mfma"]
     assert r.status == "error" and "cannot tell FNUZ from OCP" in r.detail
+
+
+def test_hip_device_checks_the_cus_and_vram_hip_itself_sees(tmp_path):
+    """Issue 23: the HIP program's own CU count and memory size were printed and ignored."""
+    ok = {r.name: r for r in workloads.check_hip(context(tmp_path / "a"))}["hip.device"]
+    assert ok.status == "pass" and ok.measured == "304 CU, 191.69 GiB" and ok.expected == "304 CU, 192 GiB"
+    replay = replay_copy(tmp_path / "b")
+    path = replay / "vgpu_checks_1024"
+    path.write_text(path.read_text().replace('"cus":304,"vram_bytes":205822885888', '"cus":152,"vram_bytes":1073741824'))
+    bad = {r.name: r for r in workloads.check_hip(context(tmp_path / "b", replay=replay))}["hip.device"]
+    assert bad.status == "fail"
+    assert bad.detail == "HIP sees 152 CUs, the partition has 304; HIP sees 1.00 GiB, accepted 182.4-195.8 GiB"

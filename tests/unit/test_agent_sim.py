@@ -65,7 +65,7 @@ def test_healthy_guest_passes_every_check(results):
 def test_agent_output_parses_with_the_result_contract(results):
     parsed = AgentResult.from_dict({k: v for k, v in results["healthy"].items() if k != "_work"})
     assert parsed.hostname.startswith("sim-healthy-")
-    assert len(parsed.checks) == len(metrics.CHECKS) == 18
+    assert len(parsed.checks) == len(metrics.CHECKS) == 19
 
 
 def test_slow_guest_fails_the_fp8_and_bandwidth_thresholds_only(results):
@@ -139,7 +139,7 @@ def test_every_reported_check_declares_its_direction_and_unit(results):
 
 def test_wrong_partition_guest_fails_cu_vram_and_partition(results):
     checks = by_name(results["wrong-partition"])
-    for name in ("rocminfo.compute_units", "rocminfo.vram", "amdsmi.static", "amdsmi.partition"):
+    for name in ("rocminfo.compute_units", "rocminfo.vram", "amdsmi.static", "amdsmi.partition", "hip.device"):
         assert checks[name]["status"] == "fail", name
     assert checks["rocminfo.compute_units"]["measured"] == 38
     assert checks["amdsmi.partition"]["measured"] == "CPX/NPS4"

@@ -22,10 +22,16 @@ def _joined(values: List[Any]) -> Any:
     return values[0] if len(unique) == 1 else ", ".join(unique)
 
 
-def _vram_ok(ctx: Context, gib: Optional[float]) -> bool:
+def vram_band(ctx: Context) -> Optional[tuple]:
+    """(lowest, highest) GiB the partition may report, or None where its VRAM is not known."""
     low, high = ctx.expect.get("vram_tolerance") or (0.95, 1.02)
     want = ctx.expect.get("vram_gib")
-    return gib is not None and want * low <= gib <= want * high
+    return None if want is None else (want * low, want * high)
+
+
+def _vram_ok(ctx: Context, gib: Optional[float]) -> bool:
+    band = vram_band(ctx)
+    return gib is not None and band is not None and band[0] <= gib <= band[1]
 
 
 def check_rocminfo(ctx: Context) -> List[CheckResult]:

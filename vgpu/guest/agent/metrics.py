@@ -40,6 +40,7 @@ CHECKS: Dict[str, Metric] = {
     "amdsmi.static": Metric(None, "none", "amd-smi device id, gfx target and CUs"),
     "amdsmi.partition": Metric(None, "none", "compute/memory partition mode"),
     "hip.compile": Metric(None, "none", "the shipped HIP program builds for the gfx target"),
+    "hip.device": Metric(None, "none", "the CUs and VRAM HIP itself sees (hipGetDeviceProperties)"),
     "hip.vector_add": Metric("mismatches", "lower", "vector add checked element by element"),
     "hip.bandwidth": Metric("GB/s", "higher", "device-to-device copy bandwidth"),
     "hip.fp8_mfma": Metric("mismatches", "lower", "one FP8 MFMA tile against its exact result"),

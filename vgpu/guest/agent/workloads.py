@@ -26,7 +26,7 @@ HIP_SOURCE = "hip/vgpu_checks.hip"
 FORMAT_PROBE = {"fnuz": 2.0 ** -10, "ocp": 2.0 ** -9}
 TORCH_INSTALL = ("install a ROCm PyTorch (pip install torch --index-url https://download.pytorch.org/whl/rocm<X.Y>) "
                  "or point VGPU_AGENT_TORCH_PYTHON at the python that has it")
-HIP_CHECKS = ("hip.compile", "hip.vector_add", "hip.bandwidth", "hip.fp8_mfma")
+HIP_CHECKS = ("hip.compile", "hip.device", "hip.vector_add", "hip.bandwidth", "hip.fp8_mfma")
 
 
 def _json_lines(text: str) -> Dict[str, Dict[str, Any]]:
@@ -63,8 +63,29 @@ def check_hip(ctx: Context) -> List[CheckResult]:
         failed = lines.get("error", {})
         why = run.why() + (" (%s: %s)" % (failed.get("call"), failed.get("error")) if failed else "")
         return out + [error(n, why) for n in HIP_CHECKS[1:]]
-    return out + [_vector_add(lines.get("vector_add")), _bandwidth(ctx, lines.get("bandwidth")),
+    return out + [_device(ctx, lines.get("device")), _vector_add(lines.get("vector_add")),
+                  _bandwidth(ctx, lines.get("bandwidth")),
                   _fp8_mfma(ctx, lines.get("fp8_mfma"))]
+
+
+def _device(ctx: Context, item: Any) -> CheckResult:
+    """What HIP itself sees (hipGetDeviceProperties): the partition's CUs and VRAM, like rocminfo's."""
+    from .gpu_checks import vram_band
+
+    if not item or not isinstance(item.get("cus"), int) or not isinstance(item.get("vram_bytes"), int):
+        return error("hip.device", "the HIP program printed no device line with cus and vram_bytes")
+    gib = round(item["vram_bytes"] / 1024.0 ** 3, 2)
+    want_cu, band = ctx.expect.get("compute_units"), vram_band(ctx)
+    measured = "%d CU, %.2f GiB" % (item["cus"], gib)
+    if want_cu is None or band is None:
+        return unjudged(ctx, "hip.device", "no CU count or VRAM known for this partition: %s seen by HIP" % measured,
+                        measured)
+    problems = [] if item["cus"] == want_cu else ["HIP sees %d CUs, the partition has %d" % (item["cus"], want_cu)]
+    if not band[0] <= gib <= band[1]:
+        problems.append("HIP sees %.2f GiB, accepted %.1f-%.1f GiB" % (gib, band[0], band[1]))
+    detail = "; ".join(problems) or "hipGetDeviceProperties of %s (%s)" % (item.get("name"), item.get("arch"))
+    return result("hip.device", not problems, measured, "%d CU, %g GiB" % (want_cu, ctx.expect["vram_gib"]), None,
+                  detail)
 
 
 def _vector_add(item: Any) -> CheckResult:
