@@ -275,7 +275,7 @@ def test_validation_report_shows_each_guest_against_the_threshold(browser, simul
     names = {g["name"]: g for g in doc["guests"]}
     slow = sorted(n for n, g in names.items() if g["verdict"] == "fail")
     assert len(names) == 4 and len(slow) == 2
-    for metric, threshold in (("fp8.hipblaslt", "891.1 TFLOPS"), ("hip.bandwidth", "2650 GB/s")):
+    for metric, threshold in (("fp8.hipblaslt", "1215 TFLOPS"), ("hip.bandwidth", "2650 GB/s")):  # RVS target
         fig = _figure(dom, metric)
         (svg,) = fig.all("svg")
         marks = svg.all("circle", "mark")

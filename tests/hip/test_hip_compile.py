@@ -79,6 +79,8 @@ def test_fp8_kernel_uses_hardware_fp8_conversion_and_mfma(isa):
     assert "v_cvt_pk_fp8_f32" in ops
     assert "v_mfma_f32_16x16x32_fp8_fp8" in ops
     assert any(op.startswith("v_cvt_f32_fp8") for op in ops), sorted(ops)
+    # the FNUZ/OCP probe 1.25 * 2^-10 (f32 0x3aa00000) is converted by the hardware, not folded away
+    assert "0x3aa00000" in kernel_body(dis, "vgpu_fp8_mfma")
 
 
 @needs_clang

@@ -95,9 +95,7 @@ def test_bundle_runs_under_python_3_8(tmp_path, expect_file):
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     checks = {c["name"]: c for c in json.loads(proc.stdout)["checks"]}
-    # BF16 is measured beside FP8, without a verdict: the catalog has no AMD BF16 figure for MI300X
-    bf16 = checks.pop("bf16.hipblaslt")
-    assert bf16["status"] == "skip" and bf16["measured"] == 610.0 and "without pass/fail" in bf16["detail"]
+    assert checks["bf16.hipblaslt"]["measured"] == 612.0 and checks["bf16.hipblaslt"]["expected"] == 581.0
     assert {c["status"] for c in checks.values()} == {"pass"}, checks
 
 

@@ -17,7 +17,11 @@ def test_mi300x_vf_spx_expectation():
     assert e["device_ids"] == ["0x74b5"] and e["arch"] == "gfx942"
     assert e["compute_units"] == 304 and e["vram_gib"] == 192.0
     assert e["fp8"] == {"format": "fnuz", "hipblaslt_type": "f8_fnuz_r", "torch_dtype": "float8_e4m3fnuz"}
-    assert e["thresholds"]["fp8_tflops"]["value"] == pytest.approx(891.1)
+    assert e["thresholds"]["fp8_tflops"]["value"] == 1215.0 and e["thresholds"]["bf16_tflops"]["value"] == 581.0
+    # the GEMM of each threshold row goes to the agent, which runs it that way (10 s by default)
+    assert e["gemm"]["fp8"] == {"m": 4864, "n": 4096, "k": 8192, "transA": "T", "transB": "N", "init": "rand_int",
+                                "seconds": 15}
+    assert e["seconds"] == 10.0 and e["optional"] == {}
     assert e["rocm"] == "7.0" and e["driver"] == "30.10" and e["workloads"] is True
     assert set(REQUIRED) <= set(e)
     json.dumps(e)  # JSON-able
@@ -27,7 +31,7 @@ def test_pf_ids_for_passthrough_and_ocp_fp8_for_gfx950():
     e = build_expectation("MI355X", compute=None, memory=None, is_vf=False)
     assert e["device_ids"] == ["0x75a3"] and e["arch"] == "gfx950"
     assert e["fp8"]["hipblaslt_type"] == "f8_r" and e["fp8"]["torch_dtype"] == "float8_e4m3fn"
-    assert e["compute_units"] == 256 and e["thresholds"]["fp8_tflops"]["value"] is None
+    assert e["compute_units"] == 256 and e["thresholds"]["fp8_tflops"]["value"] == 2061.0
 
 
 def test_cpx_nps4_partition_expects_an_eighth_of_cus_and_vram():
@@ -64,3 +68,14 @@ def test_bad_input_is_refused_with_one_line(kwargs, message):
     model = args.pop("model")
     with pytest.raises(InputError, match=message):
         build_expectation(model, **args)
+
+
+def test_quick_mode_and_optional_checks_go_into_the_expectation():
+    e = build_expectation("MI300X", compute="SPX", memory="NPS1", is_vf=True, quick=True,
+                          optional={"fp8.torch": "profile: no torch on this image"})
+    assert e["seconds"] == 2.0 and e["optional"] == {"fp8.torch": "profile: no torch on this image"}
+
+
+def test_an_unknown_optional_check_is_refused():
+    with pytest.raises(InputError, match="unknown check 'fp8.torchh' made optional; the checks: pci.function"):
+        build_expectation("MI300X", compute="SPX", memory="NPS1", is_vf=True, optional={"fp8.torchh": "x"})

@@ -95,3 +95,21 @@ def test_relative_error_of_zero_reference():
     zero = np.zeros((2, 2), dtype=np.float32)
     assert fp8ref.relative_error(zero, zero) == 0.0
     assert fp8ref.relative_error(zero + 1, zero) == float("inf")
+
+
+def test_the_format_probe_decodes_differently_in_fnuz_and_ocp():
+    """vgpu_checks.hip's VGPU_FORMAT_PROBE and workloads.FORMAT_PROBE agree with ml_dtypes' encodings."""
+    import re
+    from pathlib import Path
+
+    import ml_dtypes
+    import numpy as np
+
+    from vgpu.guest import agent
+    from vgpu.guest.agent.workloads import FORMAT_PROBE
+
+    source = (Path(agent.__file__).parent / "hip" / "vgpu_checks.hip").read_text()
+    probe = np.float32(float(re.search(r"#define VGPU_FORMAT_PROBE (\S+)f", source).group(1)))
+    assert float(probe.astype(ml_dtypes.float8_e4m3fnuz)) == FORMAT_PROBE["fnuz"]
+    assert float(probe.astype(ml_dtypes.float8_e4m3fn)) == FORMAT_PROBE["ocp"]
+    assert FORMAT_PROBE["fnuz"] != FORMAT_PROBE["ocp"]

@@ -103,3 +103,17 @@ def test_show_output_is_yaml_a_human_can_edit():
     body = _run("show", "mi300x-8vf").stdout.split("\n", 1)[1]
     data = yaml.safe_load(body)
     assert data["gpu"]["vfs_per_gpu"] == 8 and data["guest"]["rocm"] == "7.0"
+
+
+def test_show_prints_the_validation_thresholds_that_apply_and_still_loads_back():
+    import yaml
+
+    result = _run("show", "mi325x-1vf")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    start = lines.index("# guest validation thresholds (vgpu/guest/data/gemm-thresholds.yaml, docs/agent.md):")
+    fp8 = lines[start + 1]
+    assert fp8.startswith("#   fp8_tflops: >= 1438 TFLOPS; RVS rvs/conf/MI325X/gst_single.conf")
+    assert fp8.endswith("GEMM 4864x4096x8192 TN, rand_int, AMD ran 15 s")
+    assert lines[start + 2].startswith("#   bf16_tflops: >= 669 TFLOPS")
+    assert yaml.safe_load(result.output)["name"] == "mi325x-1vf"

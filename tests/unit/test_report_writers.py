@@ -121,3 +121,21 @@ def test_reports_carry_no_credentials_from_the_targets(tmp_path):
     for p in paths.values():
         text = p.read_text()
         assert "identity" not in text and "id_ed25519" not in text and "password" not in text.lower()
+
+
+def test_checks_without_a_verdict_are_listed_as_not_judged_in_json_junit_and_html():
+    """Issue 23: a PASS is only as good as what was judged; the reports name every check that was not."""
+    rep = report(guest("vm-a", Outcome.OK, "pass", "skip"), guest("vm-<b>", Outcome.OK, "skip"))
+    rep.guests[0].agent.checks[1].detail = "not judged (optional: profile lab): hipblaslt-bench not found"
+    rep.guests[1].agent.checks[0].detail = "hipblaslt-bench not found"
+    summary = rep.to_dict()["summary"]
+    assert summary["not_judged"] == [
+        {"guest": "vm-a", "check": "check.1", "reason": "not judged (optional: profile lab): hipblaslt-bench not found"},
+        {"guest": "vm-<b>", "check": "check.0", "reason": "hipblaslt-bench not found"}]
+    skipped = [el.get("message") for el in ET.fromstring(junit.render(rep)).iter("skipped")]
+    assert skipped == ["not judged (optional: profile lab): hipblaslt-bench not found",
+                       "not judged: hipblaslt-bench not found"]
+    page = html.render(rep).decode()
+    section = page[page.index('<section id="not-judged">'):page.index("</section>")]
+    assert "Not judged: 2 check(s)" in section and "vm-&lt;b&gt;" in section and "<b>" not in section
+    assert '<section id="not-judged">' not in html.render(report(guest("vm-c", Outcome.OK, "pass"))).decode()

@@ -155,6 +155,33 @@ def test_a_regression_against_the_baseline_fails_a_guest_that_passed_its_own_thr
     assert store.load().waves[1].reports["compare"] == "wave-02/run-1/compare/comparison.html"
 
 
+def with_verify(rep: ValidationReport, norm_error: dict[str, float]) -> ValidationReport:
+    for g in rep.guests:
+        g.agent.checks.append(CheckResult("fp8.hipblaslt.verify", "pass", norm_error.get(g.name, 0.002), 0.01,
+                                          "norm_error", "hipBLASLt CPU reference"))
+    return rep
+
+
+class WrongerFleet(Fleet):
+    """FP8 as fast as ever, but its results four times further from the reference (still within 0.01)."""
+
+    def validate(self, guests, out, note):
+        rep, err = super().validate(guests, out, note)
+        return with_verify(rep, {"vm-2": 0.008}), err
+
+
+def test_the_gate_fails_a_wave_whose_fp8_results_got_worse_though_its_speed_did_not(make):
+    """Issue 23: a norm_error four times larger was judged "+300% improved", so such a wave passed."""
+    store, rollout = make(baseline=True)
+    base = with_verify(report({f"vm-{i}": 1300.0 for i in range(1, 6)}), {})
+    out = Runner(store, rollout, WrongerFleet(), baseline=base).run()
+    assert out.exit_code == ExitCode.FAILURE
+    rec = store.load().hosts["kvm-2"]
+    assert rec.state == "failed" and rec.phase == "compare"
+    assert rec.reason == ("guest vm-2: fp8.hipblaslt.verify measured regressed from 0.002 to 0.008 +300.0% "
+                          "(threshold 5%)")
+
+
 def test_skip_failed_leaves_failed_hosts_down_and_they_count_against_max_unavailable(make):
     store, rollout = make(serial=("1", "2"), max_unavailable="2")
     fleet = Fleet()

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from vgpu.cli import cli
-from vgpu.errors import ExitCode, InputError
+from vgpu.errors import ExitCode, InputError, UsageError
 from vgpu.guest.report import HTML_NAME, JSON_NAME, JUNIT_NAME
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "vgpu" / "schemas"
@@ -92,3 +92,43 @@ def test_report_merges_two_runs_and_rerenders_all_formats(tmp_path):
 def test_report_from_a_missing_directory_is_bad_input(tmp_path):
     result = run("report", "--from", str(tmp_path), "--report-dir", str(tmp_path / "out"))
     assert isinstance(result.exception, InputError) and "no validation report at" in result.exception.message
+
+
+def test_missing_tools_guest_fails_and_passes_only_with_the_checks_made_optional(tmp_path):
+    """Issue 23: no hipblaslt-bench and no torch is a failed guest, unless the operator says otherwise."""
+    result = run("validate", "--simulate", "--guests", "1", "--scenario", "missing-tools", "--quick",
+                 "--report-dir", str(tmp_path / "strict"))
+    assert result.exit_code == ExitCode.FAILURE, result.output
+    optional = ("fp8.hipblaslt", "fp8.hipblaslt.verify", "bf16.hipblaslt", "fp8.torch", "fp8.torch.error")
+    args = [a for name in optional for a in ("--optional", name)]
+    result = run("validate", "--simulate", "--guests", "1", "--scenario", "missing-tools", "--quick", *args,
+                 "--report-dir", str(tmp_path / "lenient"))
+    assert result.exit_code == ExitCode.OK, result.output
+    assert "not judged: 5 check(s): sim-01 fp8.hipblaslt, sim-01 fp8.hipblaslt.verify" in result.output
+    data = json.loads((tmp_path / "lenient" / JSON_NAME).read_text())
+    jsonschema.validate(data, SCHEMA)
+    assert [i["check"] for i in data["summary"]["not_judged"]] == list(optional)
+    assert all(i["reason"].startswith("not judged (optional: vgpu validate --optional): ")
+               for i in data["summary"]["not_judged"])
+
+
+def test_optional_naming_no_check_is_a_usage_error(tmp_path):
+    result = run("validate", "--simulate", "--optional", "fp8.torchh", "--report-dir", str(tmp_path / "r"))
+    assert isinstance(result.exception, UsageError) and result.exception.exit_code == ExitCode.USAGE
+    assert result.exception.message.startswith("--optional 'fp8.torchh': no such check; the checks: pci.function")
+    assert not list((tmp_path / "r").glob("*"))
+
+
+def test_a_profiles_validation_optional_reaches_the_expectation(tmp_path):
+    from vgpu.guest.fanout import CheckOptions, build_for
+    profile = tmp_path / "lab.yaml"
+    profile.write_text("version: v1\nname: lab\ngpu: {model: MI300X, mode: sriov, vfs_per_gpu: 1}\n"
+                       "validation: {optional: [fp8.torch, fp8.torch.error]}\n")
+    expect, _ = build_for("vm", None, str(profile), options=CheckOptions(optional=("bf16.hipblaslt",), quick=True))
+    assert expect["optional"] == {"fp8.torch": "profile lab validation.optional",
+                                  "fp8.torch.error": "profile lab validation.optional",
+                                  "bf16.hipblaslt": "vgpu validate --optional"}
+    assert expect["seconds"] == 2.0
+    profile.write_text(profile.read_text().replace("fp8.torch.error]", "fp8.torchh]"))
+    with pytest.raises(InputError, match="unknown check 'fp8.torchh'"):
+        build_for("vm", None, str(profile))

@@ -56,8 +56,19 @@ def show(ref: str, as_json: bool) -> None:
     else:
         click.echo(safe(f"# {profile.name}: resolved from {' <- '.join(profile.lineage)}", markup=False))
         click.echo(dump_profile(profile), nl=False)  # YAML with allow_unicode=False: controls are escaped
+        _print_thresholds(profile)
     for warning in profile.warnings():
         click.echo(safe(f"warning: {profile.name}: {warning}", markup=False), err=True)
+
+
+def _print_thresholds(profile) -> None:  # noqa: ANN001
+    """The guest-validation thresholds that apply, as YAML comments (the output still loads back)."""
+    from vgpu.cli.render import safe
+    from vgpu.guest.thresholds import describe, for_profile
+
+    click.echo("# guest validation thresholds (vgpu/guest/data/gemm-thresholds.yaml, docs/agent.md):")
+    for line in describe(for_profile(profile)):
+        click.echo(safe(f"#   {line}", markup=False))
 
 
 @profiles.command()

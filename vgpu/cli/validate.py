@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from vgpu.errors import InputError
+from vgpu.errors import InputError, UsageError
 from vgpu.guest.agent.result import STATUSES
 
 DEFAULT_SIM_GUESTS = 4
@@ -63,11 +63,15 @@ class _ScenarioOption(click.Option):
 @click.option("--scenario", "scenarios", cls=_ScenarioOption, default="healthy", show_default=True,
               metavar="NAME[,NAME...]", help="With --simulate: scenarios given to the simulated guests in turn")
 @click.option("--skip-workloads", is_flag=True, help="Run only the inventory checks, not HIP/FP8 workloads.")
+@click.option("--optional", "optional", multiple=True, metavar="CHECK",
+              help="Let CHECK go unjudged when it cannot run (e.g. fp8.torch on an image without PyTorch); "
+                   "reported as 'not judged', never as passed. Repeatable.")
+@click.option("--quick", is_flag=True, help="About 2 s per GEMM instead of 10: a smoke run, not a sustained result.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary table.")
 @click.pass_context
 def validate(ctx: click.Context, guests, inventory, limit, profile, report_dir, concurrency, timeout,
              connect_timeout, known_hosts, accept_new_host_keys, identity, user, simulate, replay_dir,
-             scenarios, skip_workloads, quiet) -> None:
+             scenarios, skip_workloads, optional, quick, quiet) -> None:
     """Run the vgpu agent on guests over SSH (or on simulated guests) and write the reports."""
     from vgpu.guest.bundle import build_agent
     from vgpu.guest.fanout import run_fanout
@@ -75,14 +79,15 @@ def validate(ctx: click.Context, guests, inventory, limit, profile, report_dir, 
     from vgpu.guest.transport import Timeouts
 
     check_report_dir(report_dir)
+    options = _check_options(optional, quick)
     timeouts = Timeouts(connect=connect_timeout, auth=2 * connect_timeout, run=timeout)
     with tempfile.TemporaryDirectory(prefix="vgpu-validate-") as tmp:
         if simulate:
             jobs, transport = _simulated(guests, inventory, profile, replay_dir, scenarios, skip_workloads,
-                                         Path(tmp))
+                                         Path(tmp), options)
         else:
             jobs, transport = _remote(guests, inventory, limit, profile, known_hosts, accept_new_host_keys,
-                                      identity, user, skip_workloads)
+                                      identity, user, skip_workloads, options)
         agent = build_agent(Path(tmp) / "agent")
         _check_threads(min(concurrency, len(jobs)), concurrency)  # before any guest is contacted
         with _Progress(len(jobs), quiet) as progress, _thread_limit(concurrency):
@@ -134,7 +139,18 @@ def _thread_limit(concurrency: int):
         raise _too_many_threads(concurrency, None) from None
 
 
-def _remote(guests, inventory, limit, profile, known_hosts, accept_new, identity, user, skip_workloads):
+def _check_options(optional: tuple[str, ...], quick: bool):
+    """The validation options; an --optional naming no check is a usage error (it would hide nothing)."""
+    from vgpu.guest.agent.metrics import CHECKS
+    from vgpu.guest.fanout import CheckOptions
+
+    unknown = [c for c in optional if c not in CHECKS]
+    if unknown:
+        raise UsageError(f"--optional {unknown[0][:60]!r}: no such check; the checks: {', '.join(CHECKS)}")
+    return CheckOptions(optional=tuple(optional), quick=quick)
+
+
+def _remote(guests, inventory, limit, profile, known_hosts, accept_new, identity, user, skip_workloads, options):
     from dataclasses import replace
 
     from vgpu.guest.fanout import job_for
@@ -156,7 +172,7 @@ def _remote(guests, inventory, limit, profile, known_hosts, accept_new, identity
     targets = [replace(t, endpoint=replace(t.endpoint, identity=t.endpoint.identity or identity,
                                            user=t.endpoint.user or user),
                        skip_workloads=t.skip_workloads or skip_workloads) for t in targets]
-    jobs = [job_for(t, default_profile=profile) for t in targets]
+    jobs = [job_for(t, default_profile=profile, options=options) for t in targets]
     kh = (known_hosts or named_known_hosts or DEFAULT_KNOWN_HOSTS).expanduser()
     if os.path.lexists(kh):
         read_text(kh, "known_hosts")  # a regular UTF-8 file within its cap, refused here before any guest
@@ -173,7 +189,7 @@ def _read_targets(guests: Path | None, inventory: Path | None, limit: str | None
     return parse_guests_file(text, source=str(guests), base_dir=guests.resolve().parent), None
 
 
-def _simulated(count, inventory, profile, replay_dir, scenarios, skip_workloads, tmp: Path):
+def _simulated(count, inventory, profile, replay_dir, scenarios, skip_workloads, tmp: Path, options):
     from vgpu.guest.fanout import Job, build_for
     from vgpu.guest.targets import ExpectSpec
     from vgpu.guest.transport import LocalTransport
@@ -203,7 +219,7 @@ def _simulated(count, inventory, profile, replay_dir, scenarios, skip_workloads,
     jobs = []
     for i in range(n):
         name, scenario = f"sim-{i + 1:02d}", names[i % len(names)]
-        expectation, summary = build_for(name, spec, profile, skip_workloads=skip_workloads)
+        expectation, summary = build_for(name, spec, profile, skip_workloads=skip_workloads, options=options)
         env = sim_guest_env(tmp / name, replay_dir=replay_dir, scenario=scenario)
         jobs.append(Job(name=name, address=f"local:{scenario}", endpoint=None, expectation=expectation,
                         summary=summary, env=env, skip_workloads=skip_workloads))
@@ -258,6 +274,11 @@ def _summary(report, paths: dict[str, Path]) -> None:
                 detail)
     out = console()
     out.print(rows)
+    unjudged = report.not_judged()
+    if unjudged:
+        names = ", ".join(f"{i['guest']} {i['check']}" for i in unjudged[:5])
+        more = f" (+{len(unjudged) - 5})" if len(unjudged) > 5 else ""
+        out.print(f"not judged: {len(unjudged)} check(s): {safe(names)}{more}; the reports say why", highlight=False)
     for kind, path in paths.items():
         out.print(f"{kind} report: {safe(path)}", highlight=False)
 

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from vgpu.catalog import DEFAULT, Catalog, ComputePartition, GpuModel, MemoryPartition
 from vgpu.errors import InputError
+from vgpu.guest.agent import gemm, metrics
 from vgpu.guest.agent.result import EXPECT_SCHEMA
 from vgpu.guest.thresholds import thresholds_for
-
-# The GEMM AMD uses in its hipBLASLt FP8 runs (docs/hardware.md §8).
-GEMM_SHAPE = {"m": 4096, "n": 4096, "k": 4096}
 # rocminfo and amd-smi report a little less VRAM than the catalog's nominal size (firmware and
 # driver reservations: 191.7 GiB on a real MI300X VF guest, fixture rocminfo/guest-mi300x-vf-droplet).
 VRAM_TOLERANCE = (0.95, 1.02)
@@ -21,8 +19,13 @@ VRAM_TOLERANCE = (0.95, 1.02)
 
 def build_expectation(model: str, *, compute: str | None, memory: str | None, is_vf: bool,
                       overrides: dict | None = None, rocm: str = "7.0", driver: str = "30.10",
-                      workloads: bool = True, catalog: Catalog = DEFAULT) -> dict:
-    """The JSON-able expectation for one guest. Raises InputError for anything the catalog refutes."""
+                      workloads: bool = True, optional: dict | None = None, quick: bool = False,
+                      catalog: Catalog = DEFAULT) -> dict:
+    """The JSON-able expectation for one guest. Raises InputError for anything the catalog refutes.
+
+    ``optional`` maps check names the operator allows to go unjudged to why (the profile's
+    ``validation.optional``, ``vgpu validate --optional``); ``quick`` runs each GEMM about 2 s instead of 10.
+    """
     gpu = catalog.by_name(model)
     if gpu is None:
         raise InputError(f"unknown GPU model {model!r}; known: {', '.join(catalog.names())}")
@@ -33,6 +36,7 @@ def build_expectation(model: str, *, compute: str | None, memory: str | None, is
         raise InputError(f"{gpu.name} has no SR-IOV virtual function id", hint="validate it as a PF (is_vf=False)")
     if not _version_ok(rocm) or not _version_ok(driver):
         raise InputError(f"bad version (rocm={rocm!r}, driver={driver!r}): use dotted numbers such as 7.0")
+    thresholds = thresholds_for(gpu, cpart, mpart, overrides)
     return {
         "schema": EXPECT_SCHEMA,
         "model": gpu.name,
@@ -47,12 +51,22 @@ def build_expectation(model: str, *, compute: str | None, memory: str | None, is
         "vram_tolerance": list(VRAM_TOLERANCE),
         "fp8": {"format": gpu.fp8.value, "hipblaslt_type": gpu.fp8.hipblaslt_type,
                 "torch_dtype": gpu.fp8.torch_dtype},
-        "gemm": dict(GEMM_SHAPE),
-        "thresholds": {k: t.to_dict() for k, t in thresholds_for(gpu, cpart, mpart, overrides).items()},
+        "gemm": {m.split("_")[0]: t.method for m, t in thresholds.items() if t.method},
+        "seconds": gemm.QUICK_SECONDS if quick else gemm.DEFAULT_SECONDS,
+        "thresholds": {k: t.to_dict() for k, t in thresholds.items()},
+        "optional": check_optional(optional or {}),
         "rocm": rocm,
         "driver": driver,
         "workloads": workloads,
     }
+
+
+def check_optional(optional: dict) -> dict:
+    """{check: why} with every name a check the agent reports. Raises InputError naming an unknown one."""
+    unknown = sorted(str(n) for n in optional if n not in metrics.CHECKS)
+    if unknown:
+        raise InputError(f"unknown check {unknown[0][:60]!r} made optional; the checks: {', '.join(metrics.CHECKS)}")
+    return {str(k): str(v) for k, v in optional.items()}
 
 
 def _parse(enum, value: str | None, what: str, allowed: tuple, gpu: GpuModel):

@@ -50,10 +50,18 @@ class Job:
     skip_workloads: bool = False
 
 
-def job_for(target: Target, *, default_profile: str | None = None) -> Job:
+@dataclass(frozen=True)
+class CheckOptions:
+    """The operator's validation options (``vgpu validate --optional CHECK --quick``)."""
+
+    optional: tuple[str, ...] = ()
+    quick: bool = False
+
+
+def job_for(target: Target, *, default_profile: str | None = None, options: CheckOptions = CheckOptions()) -> Job:
     """The Job for a target. Raises InputError when no expectation can be built for it."""
     expectation, summary = build_for(target.name, target.expect, target.profile or default_profile,
-                                     skip_workloads=target.skip_workloads)
+                                     skip_workloads=target.skip_workloads, options=options)
     ep = target.endpoint
     return Job(name=target.name, address=ep.address, endpoint=ep, expectation=expectation,
                summary=summary, env=dict(target.env), python=target.python,
@@ -61,7 +69,7 @@ def job_for(target: Target, *, default_profile: str | None = None) -> Job:
 
 
 def build_for(name: str, spec: ExpectSpec | None, profile: str | None, *,
-              skip_workloads: bool = False) -> tuple[dict, Expectation]:
+              skip_workloads: bool = False, options: CheckOptions = CheckOptions()) -> tuple[dict, Expectation]:
     """The agent expectation from an explicit spec, else from a profile. Raises InputError."""
     from vgpu.guest.expect import build_expectation
 
@@ -73,9 +81,11 @@ def build_for(name: str, spec: ExpectSpec | None, profile: str | None, *,
     if spec is None:
         raise InputError(f"guest {name}: nothing to validate against",
                          hint="give --profile, a per-guest profile, or an expect block (model, partitions)")
+    optional = dict(extra.pop("optional", None) or {})
+    optional.update({check: "vgpu validate --optional" for check in options.optional})
     try:
         exp = build_expectation(spec.model, compute=spec.compute, memory=spec.memory, is_vf=spec.is_vf,
-                                workloads=not skip_workloads, **extra)
+                                workloads=not skip_workloads, optional=optional, quick=options.quick, **extra)
     except InputError as exc:
         raise InputError(f"guest {name}: {exc.message}", hint=exc.hint) from None
     summary = Expectation(model=exp.get("model"), compute=exp.get("compute_partition"),
@@ -96,7 +106,7 @@ def _from_profile(ref: str) -> tuple[ExpectSpec, dict]:
                       memory=gpu.memory_partition.value if gpu.memory_partition else None,
                       is_vf=gpu.mode is not Mode.PASSTHROUGH)
     extra = {"overrides": p.validation.threshold_overrides() or None, "rocm": _release(p.guest.rocm),
-             "driver": _release(p.guest.amdgpu_driver)}
+             "driver": _release(p.guest.amdgpu_driver), "optional": p.validation.optional_checks(p.name)}
     return spec, extra
 
 

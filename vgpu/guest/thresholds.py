@@ -1,38 +1,38 @@
-"""Pass/fail thresholds for the guest workloads, derived from the catalog.
+"""Pass/fail thresholds for the guest workloads: AMD's published targets, read from a data file.
 
-A threshold is AMD's reference figure for the whole GPU, scaled by the partition's share of it,
-times a tolerance:
+GEMM throughput (FP8, BF16, FP16 TFLOPS): one row per GPU model x compute/memory partition x dtype in
+vgpu/guest/data/gemm-thresholds.yaml, each naming its source (the ROCm Validation Suite ``gst_single.conf``
+file, action and ``target_stress`` field) and the method AMD measured it with (shape, transposes,
+initialisation, duration); the agent runs that same GEMM. RVS targets are pass gates already, so the
+default tolerance is 1.0. A partition AMD gives no figure for gets the whole-GPU figure x its share of
+compute units x the file's ``derive.factor``, and its source says so.
 
-- FP8 / BF16 GEMM TFLOPS: AMD's *measured max-achievable* figure (ROCm blog "Measuring
-  Max-Achievable FLOPs part 2", docs/hardware.md §1 and §8), never the peak, scaled by the
-  partition's share of compute units (SPX 1, DPX 1/2, QPX 1/4, CPX 1/8). Default tolerance 0.7:
-  a 4096^3 GEMM in a VM reaches less than AMD's tuned maximum; 0.7 still catches a partition
-  that runs at half speed (throttling, wrong partition, emulated FP8).
-- HBM bandwidth GB/s: the catalog only holds the *peak* HBM figure (there is no AMD measured
-  figure), so the default tolerance is lower, 0.5: a simple copy kernel stays well below the
-  peak on a healthy GPU, and 0.5 still flags a broken or starved partition. Scaled by the smaller
-  of the CU share and the memory share (a few XCDs cannot pull the bandwidth of every HBM stack;
-  which limit is tighter is UNVERIFIED, so the more lenient one is used).
+HBM bandwidth GB/s: there is no AMD target, only the catalog's *peak*; the threshold is peak x the smaller
+of the CU and memory share x 0.5 (a copy kernel never reaches the peak; 0.5 still flags a starved
+partition). Documented in docs/agent.md.
 
-A profile override (an absolute value) wins over the derived figure. A model without an AMD
-figure gets ``value=None`` and a reason: the check then reports the measurement without judging
-it, never against a made-up number.
+A profile override (an absolute value) wins. A metric without any figure gets ``value=None`` and a reason:
+the agent then reports the check as an error (nothing to judge against), never a made-up number.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import functools
+import math
+from dataclasses import asdict, dataclass, field
+from importlib import resources
 
 from vgpu.catalog import ComputePartition, GpuModel, MemoryPartition
 from vgpu.errors import InputError
 
-METRICS = {
-    # metric: (unit, catalog attribute, multiplier to the unit, what the figure is)
-    "fp8_tflops": ("TFLOPS", "measured_fp8_tflops", 1.0, "AMD measured max-achievable FP8 GEMM"),
-    "bf16_tflops": ("TFLOPS", "measured_bf16_tflops", 1.0, "AMD measured max-achievable BF16 GEMM"),
-    "hbm_gbps": ("GB/s", "hbm_tbps", 1000.0, "peak HBM bandwidth (no AMD measured figure)"),
-}
-DEFAULT_TOLERANCE = {"fp8_tflops": 0.7, "bf16_tflops": 0.7, "hbm_gbps": 0.5}
+TABLE = "gemm-thresholds.yaml"
+TABLE_SCHEMA = "vgpu.gemm-thresholds/v1"
+GEMM_DTYPES = ("fp8", "bf16", "fp16")
+# metric: (unit, dtype of the GEMM table or None)
+METRICS = {"fp8_tflops": ("TFLOPS", "fp8"), "bf16_tflops": ("TFLOPS", "bf16"), "fp16_tflops": ("TFLOPS", "fp16"),
+           "hbm_gbps": ("GB/s", None)}
+DEFAULT_TOLERANCE = {"fp8_tflops": 1.0, "bf16_tflops": 1.0, "fp16_tflops": 1.0, "hbm_gbps": 0.5}
+_METHOD_KEYS = {"m": int, "n": int, "k": int, "transA": str, "transB": str, "init": str, "seconds": (int, float)}
 
 
 @dataclass(frozen=True)
@@ -42,14 +42,67 @@ class Threshold:
     metric: str
     unit: str
     value: float | None
-    reference: float | None = None  # the whole-GPU figure, in ``unit``
+    reference: float | None = None  # AMD's figure the value comes from, in ``unit``
     share: float = 1.0
     tolerance: float | None = None
     source: str = ""
     reason: str = ""
+    method: dict = field(default_factory=dict)  # how AMD measured it (GEMM shape, layout, init, seconds)
+    derived: str = ""  # how a partition figure was derived from the whole-GPU one ("" for AMD's own)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Row:
+    model: str
+    compute: str
+    memory: str
+    dtype: str
+    tflops: float
+    method: dict
+    source: str
+
+
+@functools.lru_cache(maxsize=1)
+def load_table() -> tuple[tuple[Row, ...], float, str]:
+    """(rows, derive factor, why) from the shipped data file; a malformed file is an InputError naming it."""
+    import yaml
+
+    text = resources.files("vgpu.guest").joinpath("data", TABLE).read_text(encoding="utf-8")
+    return parse_table(yaml.safe_load(text), TABLE)
+
+
+def parse_table(data: object, where: str) -> tuple[tuple[Row, ...], float, str]:
+    def bad(what: str) -> InputError:
+        return InputError(f"threshold table {where}: {what}")
+
+    if not isinstance(data, dict) or data.get("schema") != TABLE_SCHEMA:
+        raise bad(f"schema is not {TABLE_SCHEMA}")
+    methods = data.get("methods") or {}
+    for name, method in methods.items():
+        if not isinstance(method, dict) or any(not isinstance(method.get(k), t) for k, t in _METHOD_KEYS.items()):
+            raise bad(f"method {name!r} needs {', '.join(_METHOD_KEYS)}")
+    rows = []
+    for i, r in enumerate(data.get("rows") or []):
+        if not isinstance(r, dict) or r.get("dtype") not in GEMM_DTYPES or r.get("method") not in methods:
+            raise bad(f"row {i}: needs a dtype ({', '.join(GEMM_DTYPES)}) and a known method")
+        value = r.get("tflops")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise bad(f"row {i}: tflops must be a positive number")
+        if not str(r.get("source") or "").strip():
+            raise bad(f"row {i}: names no source")
+        rows.append(Row(str(r["model"]), str(r["compute"]), str(r["memory"]), r["dtype"], float(value),
+                        dict(methods[r["method"]]), str(r["source"])))
+    keys = [(r.model, r.compute, r.memory, r.dtype) for r in rows]
+    if len(set(keys)) != len(keys):
+        raise bad("a model/partition/dtype appears twice")
+    derive = data.get("derive") or {}
+    factor = derive.get("factor")
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
+        raise bad("derive.factor must be a number in (0, 1]")
+    return tuple(rows), float(factor), str(derive.get("why") or "")
 
 
 def partition_shares(compute: ComputePartition | None, memory: MemoryPartition | None) -> tuple[float, float]:
@@ -57,6 +110,27 @@ def partition_shares(compute: ComputePartition | None, memory: MemoryPartition |
     cu = 1.0 / compute.count if compute is not None else 1.0
     mem = 1.0 / memory.count if memory is not None else 1.0
     return cu, mem
+
+
+def gemm_figure(model: str, compute: ComputePartition | None, memory: MemoryPartition | None,
+                dtype: str) -> tuple[Row | None, float, str]:
+    """(the row, its figure for this partition, how it was derived) or (None, 0, why there is none)."""
+    rows, factor, why = load_table()
+    c = compute.value if compute else "SPX"
+    m = memory.value if memory else "NPS1"
+    by_key = {(r.model, r.compute, r.memory, r.dtype): r for r in rows}
+    exact = by_key.get((model, c, m, dtype))
+    if exact is not None:
+        return exact, exact.tflops, ""
+    whole = by_key.get((model, "SPX", "NPS1", dtype))
+    if whole is None:
+        return None, 0.0, f"no AMD {dtype.upper()} GEMM target for {model} in {TABLE}"
+    cu_share = 1.0 / compute.count if compute else 1.0
+    if cu_share >= 1.0:
+        return whole, whole.tflops, f"AMD's SPX/NPS1 figure, used for SPX/{m}"
+    value = whole.tflops * cu_share * factor
+    return whole, value, (f"derived: AMD's whole-GPU {whole.tflops:g} TFLOPS x CU share 1/{compute.count} x "
+                          f"{factor:g} ({why}); AMD publishes no {c}/{m} target")
 
 
 def thresholds_for(model: GpuModel, compute: ComputePartition | None = None,
@@ -70,26 +144,34 @@ def thresholds_for(model: GpuModel, compute: ComputePartition | None = None,
     values, tolerance = _split_overrides(overrides or {})
     cu_share, mem_share = partition_shares(compute, memory)
     out = {}
-    for metric, (unit, attr, scale, what) in METRICS.items():
-        share = cu_share if unit == "TFLOPS" else min(cu_share, mem_share)
+    for metric, (unit, dtype) in METRICS.items():
+        share = cu_share if dtype else min(cu_share, mem_share)
+        method = {}
+        if dtype:
+            row, figure, derived = gemm_figure(model.name, compute, memory, dtype)
+            method = dict(row.method) if row else {}
+            source = row.source if row else ""
+            reason = "" if row else derived
+        else:
+            figure = model.hbm_tbps * 1000.0 * share if model.hbm_tbps else 0.0
+            derived = f"peak HBM {model.hbm_tbps:g} TB/s x share {share:g} (no AMD measured figure)" \
+                if model.hbm_tbps else ""
+            source, reason = "vgpu catalog peak HBM bandwidth", "" if model.hbm_tbps else \
+                f"no HBM bandwidth figure for {model.name}"
         if metric in values:
-            out[metric] = Threshold(metric, unit, values[metric], share=share, source="profile override")
-            continue
-        figure = getattr(model, attr)
-        if figure is None:
-            out[metric] = Threshold(metric, unit, None, share=share,
-                                    reason=f"no AMD reference figure for {model.name} ({what})")
-            continue
-        tol = tolerance[metric]
-        reference = figure * scale
-        out[metric] = Threshold(
-            metric, unit, round(reference * share * tol, 1), reference=reference, share=share, tolerance=tol,
-            source=f"{what} {reference:g} {unit} x partition share {share:g} x tolerance {tol:g}")
+            out[metric] = Threshold(metric, unit, values[metric], share=share, source="profile override",
+                                    method=method)
+        elif not figure:
+            out[metric] = Threshold(metric, unit, None, share=share, reason=reason, method=method)
+        else:
+            tol = tolerance[metric]
+            out[metric] = Threshold(metric, unit, round(figure * tol, 1), reference=round(figure, 3), share=share,
+                                    tolerance=tol, source=source, method=method, derived=derived)
     return out
 
 
 def _positive(key: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise InputError(f"threshold override {key}={value!r} must be a positive number",
                          hint="give an absolute value in the metric's unit, e.g. fp8_tflops: 800")
     return float(value)
@@ -125,3 +207,28 @@ def _tolerances(value: object) -> dict[str, float]:
             raise InputError(f"tolerance {tol:g} for {metric} is a fraction of AMD's figure and must be <= 1.5")
         out[metric] = tol
     return out
+
+
+def describe(thresholds: dict[str, Threshold]) -> list[str]:
+    """One line per threshold, for ``vgpu profiles show`` and the plan: value, source, method, derivation."""
+    lines = []
+    for t in thresholds.values():
+        if t.value is None:
+            lines.append(f"{t.metric}: none ({t.reason}): the check fails unless made optional")
+            continue
+        how = ""
+        if t.method:
+            mm = t.method
+            how = (f"; GEMM {mm['m']}x{mm['n']}x{mm['k']} {mm['transA']}{mm['transB']}, {mm['init']}, "
+                   f"AMD ran {mm['seconds']:g} s")
+        tol = "" if t.tolerance in (None, 1.0) else f" (x tolerance {t.tolerance:g})"
+        lines.append(f"{t.metric}: >= {t.value:g} {t.unit}{tol}; {t.source}"
+                     f"{'; ' + t.derived if t.derived else ''}{how}")
+    return lines
+
+
+def for_profile(profile) -> dict[str, Threshold]:  # noqa: ANN001 - a vgpu.model.profile.Profile
+    """The thresholds a guest of ``profile`` is judged against (its model, partitions and overrides)."""
+    gpu = profile.gpu
+    return thresholds_for(gpu.catalog_model, gpu.compute_partition, gpu.memory_partition,
+                          profile.validation.threshold_overrides() or None)

@@ -287,6 +287,22 @@ class ValidationOverrides(_Strict):
     hbm_bandwidth_gbps_min: PositiveNumber | None = None
     vram_gb_min: PositiveNumber | None = None
     compute_units: StrictInt | None = Field(None, ge=1, le=1024)
+    # Checks allowed to go unjudged (a missing tool): reported as "not judged", never as passed.
+    optional: list[StrictStr] | None = Field(None, max_length=64)
+
+    @field_validator("optional")
+    @classmethod
+    def _known_checks(cls, value: list[str] | None) -> list[str] | None:
+        from vgpu.guest.agent.metrics import CHECKS
+
+        unknown = [v for v in value or [] if v not in CHECKS]
+        if unknown:
+            raise ValueError(f"unknown check {unknown[0][:60]!r}; the checks: {', '.join(CHECKS)}")
+        return value
+
+    def optional_checks(self, profile: str) -> dict[str, str]:
+        """{check: why} for the expectation (vgpu.guest.expect.build_expectation(optional=...))."""
+        return {name: f"profile {profile} validation.optional" for name in self.optional or []}
 
     def threshold_overrides(self) -> dict[str, float]:
         """The overrides in the form ``vgpu.guest.thresholds.thresholds_for(overrides=...)`` takes."""

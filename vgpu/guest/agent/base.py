@@ -30,6 +30,11 @@ class Context:
         return (self.expect.get("thresholds") or {}).get(metric) or {
             "metric": metric, "value": None, "unit": None, "reason": "no threshold in the expectation"}
 
+    def optional(self, name: str) -> Optional[str]:
+        """Why check ``name`` may go unjudged (the profile's validation.optional or --optional), or None."""
+        reason = (self.expect.get("optional") or {}).get(name)
+        return str(reason) if reason else None
+
 
 def result(name: str, ok: bool, measured: Any = None, expected: Any = None, unit: Optional[str] = None,
            detail: str = "") -> CheckResult:
@@ -44,14 +49,27 @@ def skip(name: str, detail: str, measured: Any = None, expected: Any = None, uni
     return CheckResult(name, "skip", measured, expected, unit, detail)
 
 
-def against(name: str, measured: float, threshold: Dict[str, Any], detail: str = "") -> CheckResult:
-    """pass when ``measured`` reaches the threshold; skip (measurement kept, no judgement) without one."""
+def unjudged(ctx: "Context", name: str, why: str, measured: Any = None, unit: Optional[str] = None,
+             expected: Any = None) -> CheckResult:
+    """A required check that produced no verdict: an ``error`` that fails the guest, with ``why`` (which says
+    what to install or set). Only a check the operator made optional becomes a ``skip``, "not judged"."""
+    optional = ctx.optional(name)
+    if optional:
+        return CheckResult(name, "skip", measured, expected, unit, "not judged (optional: %s): %s" % (optional, why))
+    return CheckResult(name, "error", measured, expected, unit, why)
+
+
+def against(ctx: "Context", name: str, measured: float, metric: str, detail: str = "") -> CheckResult:
+    """pass when ``measured`` reaches the threshold of ``metric``; without a threshold an error (unjudged)."""
+    threshold = ctx.threshold(metric)
     unit = threshold.get("unit")
     value = threshold.get("value")
     measured = round(float(measured), 1)
     if value is None:
         why = threshold.get("reason") or "no threshold"
-        return skip(name, "%s; measurement reported without pass/fail" % why, measured, None, unit)
+        return unjudged(ctx, name, "%s: measured %s %s but there is nothing to judge it against; set validation."
+                        "thresholds.%s in the profile or make the check optional" % (why, measured, unit or "", metric),
+                        measured, unit)
     basis = threshold.get("source") or ""
     text = "; ".join(p for p in (detail, "threshold: %s" % basis if basis else "") if p)
     return result(name, measured >= float(value), measured, value, unit, text)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, List, Optional
 
 from . import base
-from .base import Context, error, result, skip
+from .base import Context, error, result, skip, unjudged
 from .parsers.common import ParseError
 from .result import CheckResult
 
@@ -22,10 +22,16 @@ def _joined(values: List[Any]) -> Any:
     return values[0] if len(unique) == 1 else ", ".join(unique)
 
 
-def _vram_ok(ctx: Context, gib: Optional[float]) -> bool:
+def vram_band(ctx: Context) -> Optional[tuple]:
+    """(lowest, highest) GiB the partition may report, or None where its VRAM is not known."""
     low, high = ctx.expect.get("vram_tolerance") or (0.95, 1.02)
     want = ctx.expect.get("vram_gib")
-    return gib is not None and want * low <= gib <= want * high
+    return None if want is None else (want * low, want * high)
+
+
+def _vram_ok(ctx: Context, gib: Optional[float]) -> bool:
+    band = vram_band(ctx)
+    return gib is not None and band is not None and band[0] <= gib <= band[1]
 
 
 def check_rocminfo(ctx: Context) -> List[CheckResult]:
@@ -37,11 +43,13 @@ def check_rocminfo(ctx: Context) -> List[CheckResult]:
     if not run.ok:
         why = run.why() + ("" if not run.missing else ": install ROCm %s (rocminfo package)" % ctx.expect["rocm"])
         return [error("rocminfo.gfx_target", why, arch),
-                skip("rocminfo.compute_units", "rocminfo did not run"), skip("rocminfo.vram", "rocminfo did not run")]
+                error("rocminfo.compute_units", "rocminfo did not run"), error("rocminfo.vram", "rocminfo did not run")]
     try:
         gpus = parse_rocminfo(run.stdout).gpus
     except ParseError as exc:
-        return [error("rocminfo.gfx_target", "rocminfo output not understood: %s" % exc, arch)]
+        why = "rocminfo output not understood: %s" % exc
+        return [error("rocminfo.gfx_target", why, arch), error("rocminfo.compute_units", why),
+                error("rocminfo.vram", why)]
     if not gpus:
         return [result("rocminfo.gfx_target", False, "no GPU agent", arch, None,
                        "rocminfo lists no GPU agent: is amdgpu bound and the user in groups render and video?")]
@@ -58,8 +66,8 @@ def check_rocminfo(ctx: Context) -> List[CheckResult]:
 def _cu_result(name: str, ctx: Context, cus: List[Optional[int]]) -> CheckResult:
     want = ctx.expect.get("compute_units")
     if want is None:
-        return skip(name, "no CU count known for %s: measurement reported without pass/fail" % ctx.expect["model"],
-                    _joined(cus), None, "CU")
+        return unjudged(ctx, name, "no CU count known for %s: set validation.compute_units in the profile or make "
+                        "%s optional" % (ctx.expect["model"], name), _joined(cus), "CU")
     part = ctx.expect.get("compute_partition") or "whole GPU"
     ok = all(c == want for c in cus)
     detail = "%s partition of %s" % (part, ctx.expect["model"])
@@ -72,8 +80,10 @@ def _cu_result(name: str, ctx: Context, cus: List[Optional[int]]) -> CheckResult
 def _vram_result(name: str, ctx: Context, gibs: List[Optional[float]], what: str) -> CheckResult:
     want = ctx.expect.get("vram_gib")
     if want is None:
-        return skip(name, "VRAM of a %s/%s partition is UNVERIFIED: measurement reported without pass/fail" % (
-            ctx.expect.get("compute_partition"), ctx.expect.get("memory_partition")), _joined(gibs), None, "GiB")
+        return unjudged(ctx, name, "VRAM of a %s/%s partition is UNVERIFIED: nothing to judge %s GiB against; make "
+                        "%s optional in the profile's validation block" % (
+                            ctx.expect.get("compute_partition"), ctx.expect.get("memory_partition"), _joined(gibs),
+                            name), _joined(gibs), "GiB")
     ok = all(_vram_ok(ctx, g) for g in gibs)
     low, high = ctx.expect.get("vram_tolerance") or (0.95, 1.02)
     detail = "%s; accepted %.1f-%.1f GiB for a %s/%s partition" % (
@@ -86,13 +96,15 @@ def check_amdsmi(ctx: Context) -> List[CheckResult]:
     """``amd-smi static`` agrees with the expectation: device id, gfx target, CUs, partition."""
     from .parsers.amdsmi import parse_amdsmi
 
-    run = ctx.guest.run(["amd-smi", "static"], base.TIMEOUTS["query"])
+    run = ctx.guest.run(["amd-smi", "static", "--json"], base.TIMEOUTS["query"])
     if not run.ok:
-        return [error("amdsmi.static", run.why() + ("" if not run.missing else ": install amd-smi-lib"))]
+        why = run.why() + ("" if not run.missing else ": install amd-smi-lib")
+        return [error("amdsmi.static", why), error("amdsmi.partition", why)]
     try:
         gpus = parse_amdsmi(run.stdout)
     except ParseError as exc:
-        return [error("amdsmi.static", "amd-smi static output not understood: %s" % exc)]
+        why = "amd-smi static --json output not understood: %s" % exc
+        return [error("amdsmi.static", why), error("amdsmi.partition", why)]
     return [_static_result(ctx, gpus), _partition_result(ctx, gpus)]
 
 
@@ -117,13 +129,13 @@ def _static_result(ctx: Context, gpus: list) -> CheckResult:
 def _partition_result(ctx: Context, gpus: list) -> CheckResult:
     want_c, want_m = ctx.expect.get("compute_partition"), ctx.expect.get("memory_partition")
     if not want_c:
-        return skip("amdsmi.partition", "the profile names no partition")
+        return skip("amdsmi.partition", "not applicable: the profile names no partition")
     want = "%s/%s" % (want_c, want_m) if want_m else want_c
     seen = [(g.compute_partition, g.memory_partition) for g in gpus]
     if all(c is None for c, _ in seen):
         seen = _table_partitions(ctx)
     if not seen:
-        return skip("amdsmi.partition", "amd-smi reports no partition mode on this guest", None, want)
+        return unjudged(ctx, "amdsmi.partition", "amd-smi reports no partition mode on this guest", expected=want)
     # A mode amd-smi leaves out (N/A on some VFs) is not held against the guest.
     ok = all(c == want_c and (m is None or want_m is None or m == want_m) for c, m in seen)
     measured = _joined(["%s/%s" % (c, m) if m else str(c) for c, m in seen])

@@ -21,13 +21,12 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional
 
-from . import __version__, gpu_checks, system_checks, workloads
-from .base import Context, run_check, skip
+from . import __version__, gpu_checks, metrics, system_checks, workloads
+from .base import Context, run_check, skip, unjudged
 from .guest import Guest
 from .result import EXPECT_SCHEMA, AgentResult, CheckResult
 
 REQUIRED = ("model", "arch", "vendor_id", "device_ids", "fp8", "thresholds", "rocm")
-WORKLOAD_NAMES = ("hip.compile", "fp8.hipblaslt", "bf16.hipblaslt", "fp8.torch")
 
 
 class BadInvocation(Exception):
@@ -98,11 +97,29 @@ def run_checks(ctx: Context) -> List[CheckResult]:
     results: List[CheckResult] = []
     for fn in system_checks.CHECKS + gpu_checks.CHECKS:
         results += run_check(fn, ctx)
-    if not ctx.workloads:
-        why = "workloads disabled (--skip-workloads or the expectation's workloads: false)"
-        return results + [skip(name, why) for name in WORKLOAD_NAMES]
-    for fn in workloads.CHECKS:
-        results += run_check(fn, ctx)
+    if ctx.workloads:
+        for fn in workloads.CHECKS:
+            results += run_check(fn, ctx)
+    return complete(results, ctx)
+
+
+def complete(results: List[CheckResult], ctx: Context) -> List[CheckResult]:
+    """Every check of metrics.CHECKS gets a result: a guest passes only on evidence, so one that produced
+    none is an error (unless optional), never silently absent. Not applicable: workloads turned off by the
+    operator (``--skip-workloads``), FP8 checks on a model without FP8 in hardware."""
+    seen = {r.name for r in results}
+    no_fp8 = not (ctx.expect.get("fp8") or {}).get("hipblaslt_type")
+    for name in metrics.CHECKS:
+        if name in seen:
+            continue
+        if not ctx.workloads and name.startswith(metrics.WORKLOAD_PREFIXES):
+            results.append(skip(name, "not judged: workloads turned off (--skip-workloads or the expectation's "
+                                      "workloads: false)"))
+        elif no_fp8 and name.startswith("fp8."):
+            results.append(skip(name, "not applicable: %s has no FP8 in hardware" % ctx.expect["model"]))
+        else:
+            results.append(unjudged(ctx, name, "the agent produced no result for this check (an earlier step "
+                                               "failed: see the checks before it)"))
     return results
 
 

@@ -67,8 +67,8 @@ def check_amdgpu(ctx: Context) -> List[CheckResult]:
                        "modprobe amdgpu; check dmesg")]
     functions = ctx.state.get("functions") or []
     if not functions:
-        return [base.skip("driver.amdgpu", "amdgpu is loaded but no expected PCI function to check the binding of",
-                          "loaded", "amdgpu")]
+        return [base.unjudged(ctx, "driver.amdgpu", "amdgpu is loaded but no expected PCI function to check the "
+                              "binding of (see pci.function)", "loaded", expected="amdgpu")]
     unbound = [f for f in functions if f["driver"] != "amdgpu"]
     if unbound:
         detail = "; ".join("%s is bound to %s" % (f["bdf"], f["driver"] or "no driver") for f in unbound)

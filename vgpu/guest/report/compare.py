@@ -14,20 +14,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from vgpu.errors import InputError, UsageError
+from vgpu.guest.agent.metrics import CHECKS, SECONDS, metric
 
 COMPARE_SCHEMA = "vgpu.report-compare/v1"
 # A measurement of a check whose name starts with the prefix regresses when it moves against its direction by
-# more than this percentage. Throughput: higher is better; time: lower is better. The longest prefix wins.
-DEFAULT_THRESHOLDS: dict[str, float] = {"fp8": 5.0, "bf16": 5.0, "hip.bandwidth": 5.0, "rocminfo": 0.0}
-# Every check the guest agent reports (vgpu/guest/agent; a unit test keeps the two in step): a --threshold
-# prefix must start at least one of them, or it would silently judge nothing.
-CHECK_NAMES = ("amdsmi.partition", "amdsmi.static", "bf16.hipblaslt", "driver.amdgpu", "driver.dkms", "fp8.hipblaslt",
-               "fp8.hipblaslt.verify", "fp8.torch", "fp8.torch.error", "hip.bandwidth", "hip.compile", "hip.fp8_mfma",
-               "hip.vector_add", "pci.function", "rocm.version", "rocminfo.compute_units", "rocminfo.gfx_target",
-               "rocminfo.vram")
+# more than this percentage. The direction is the check's own (vgpu/guest/agent/metrics.py: throughput higher,
+# errors and mismatches lower); a check of no known direction is shown as changed, never judged by a guess.
+# The longest prefix wins.
+DEFAULT_THRESHOLDS: dict[str, float] = {"fp8": 5.0, "bf16": 5.0, "hip.bandwidth": 5.0, "hip.vector_add": 0.0,
+                                        "hip.fp8_mfma": 0.0, "rocminfo": 0.0}
+# Every check the guest agent reports: a --threshold prefix must start at least one of them, or it would
+# silently judge nothing.
+CHECK_NAMES = tuple(sorted(CHECKS))
 TIME_THRESHOLD = 25.0  # a check's own run time (compile, workloads): lower is better
 MIN_SECONDS = 0.5  # shorter runs are noise: their times are shown, not judged
-LOWER_IS_BETTER_UNITS = ("s", "seconds", "ms", "mismatches")
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,10 @@ def parse_thresholds(items: tuple[str, ...]) -> dict[str, float]:
 
 def compare(baseline, current, *, thresholds: Mapping[str, float] | None = None, baseline_name: str = "baseline",
             current_name: str = "current") -> Comparison:
-    """Compare two ValidationReports (a guest in several keeps its last entry)."""
+    """Compare two ValidationReports. Raises InputError for a report that names a guest, or a check of one
+    guest, twice: which of the two to compare would be a guess, and a tampered report could hide a failure."""
+    for rep, name in ((baseline, baseline_name), (current, current_name)):
+        _refuse_duplicates(rep, name)
     limits = dict(DEFAULT_THRESHOLDS if thresholds is None else thresholds)
     before = {g.name: g for g in baseline.guests}
     after = {g.name: g for g in current.guests}
@@ -112,6 +115,28 @@ def compare(baseline, current, *, thresholds: Mapping[str, float] | None = None,
     return result
 
 
+def _refuse_duplicates(report, source: str) -> None:
+    seen: set[str] = set()
+    for g in report.guests:
+        if g.name in seen:
+            raise InputError(f"{source} lists guest {g.name[:60]!r} twice: refusing to guess which to compare",
+                             hint="merge reports with vgpu report --from (the newest result of a guest wins)")
+        seen.add(g.name)
+        names = [c.name for c in g.checks]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise InputError(f"{source}: guest {g.name[:60]!r} has check {twice[0][:60]!r} twice: refusing to "
+                             "guess which to compare")
+
+
+def direction(check: str, what: str = "measured") -> str:
+    """higher | lower | none for one compared value: the check's own (metrics.py); run time is lower."""
+    if what == "seconds":
+        return SECONDS.better
+    known = metric(check)
+    return known.better if known else "none"
+
+
 def _check_deltas(guest: str, check: str, old, new, limits: Mapping[str, float]) -> list[Delta]:
     if old is None or new is None:
         return [Delta(guest, check, "status", old.status if old else None, new.status if new else None,
@@ -123,29 +148,38 @@ def _check_deltas(guest: str, check: str, old, new, limits: Mapping[str, float])
         out.append(Delta(guest, check, "status", old.status, new.status,
                          verdict="regressed" if bad else "improved" if good else "changed"))
     if _number(old.measured) and _number(new.measured):
-        lower = (new.unit or old.unit or "") in LOWER_IS_BETTER_UNITS
+        better = direction(check)
+        limit = _limit(check, limits) if better != "none" else None
         out.append(_numeric(guest, check, "measured", float(old.measured), float(new.measured), new.unit or old.unit,
-                            _limit(check, limits), lower))
+                            limit, better == "lower"))
     elif old.measured != new.measured and (old.measured is not None or new.measured is not None):
         out.append(Delta(guest, check, "measured", old.measured, new.measured, new.unit or old.unit, verdict="changed"))
     if old.seconds >= MIN_SECONDS or new.seconds >= MIN_SECONDS:
+        known = metric(check)
+        judged = old.seconds >= MIN_SECONDS and (known is None or known.time_judged)
         out.append(_numeric(guest, check, "seconds", old.seconds, new.seconds, "s",
-                            TIME_THRESHOLD if old.seconds >= MIN_SECONDS else None, True))
+                            TIME_THRESHOLD if judged else None, True))
     return out
 
 
 def _numeric(guest, check, what, old: float, new: float, unit, limit: float | None, lower_better: bool) -> Delta:
-    absolute = new - old
-    relative = None if old == 0 else absolute / abs(old) * 100.0
-    verdict = "same"
-    if relative is not None and limit is not None:
-        worse = relative > limit if lower_better else relative < -limit
-        better = relative < -limit if lower_better else relative > limit
+    absolute = _finite_or_none(new - old)  # 1e308 - -1e308 overflows: finite inputs, no finite difference
+    relative = None
+    if old != 0 and absolute is not None:
+        relative = _finite_or_none(absolute / abs(old) * 100.0)  # 1 / 5e-324 overflows too
+    verdict = "same" if new == old else "changed"
+    if new != old and limit is not None:
+        # from 0, or past what a float holds (1 / 5e-324): beyond any finite percentage, the sign decides
+        rel = relative if relative is not None else math.copysign(math.inf, new - old)
+        worse = rel > limit if lower_better else rel < -limit
+        better = rel < -limit if lower_better else rel > limit
         verdict = "regressed" if worse else "improved" if better else "same"
-    elif absolute != 0:
-        verdict = "changed"
-    return Delta(guest, check, what, old, new, unit, round(absolute, 6),
+    return Delta(guest, check, what, old, new, unit, None if absolute is None else round(absolute, 6),
                  None if relative is None else round(relative, 3), verdict, limit)
+
+
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def _limit(check: str, limits: Mapping[str, float]) -> float | None:
@@ -197,7 +231,7 @@ _VERDICT_ORDER = {"regressed": 0, "gone": 1, "new": 2, "changed": 3, "improved":
 
 
 def lower_is_better(d: Delta) -> bool:
-    return (d.unit or "") in LOWER_IS_BETTER_UNITS
+    return direction(d.check, d.what) == "lower"
 
 
 def render_html(comp: Comparison) -> bytes:

@@ -62,7 +62,7 @@ def render(report: ValidationReport) -> bytes:
         "<h1>vgpu validation report</h1>",
         f"<p>Generated {_e(report.generated)} by vgpu {_e(report.vgpu_version)}; exit code "
         f"{_e(s['exit_code'])}.</p>",
-        _cards(s), rollup.validation_rollup(guests, [f"row-{x}" for x in ids]),
+        _cards(s), _not_judged(s["not_judged"]), rollup.validation_rollup(guests, [f"row-{x}" for x in ids]),
         _guest_table(guests, order, ids, set(detailed)),
     ]
     if len(detailed) < len(guests):
@@ -83,6 +83,21 @@ def _cards(s: dict) -> str:
     items += [(f"checks {k}", v, k) for k, v in s["checks"].items()]
     cards = "".join(f'<div class="card {c}"><b>{_e(v)}</b>{_e(k)}</div>' for k, v, c in items)
     return f'<div class="cards">{cards}</div>'
+
+
+NOT_JUDGED_LIMIT = 50  # rows of the "not judged" list; every one is in validation-report.json
+
+
+def _not_judged(items: list[dict]) -> str:
+    """The checks that gave no verdict, named with their reason: a PASS is only as good as what was judged."""
+    if not items:
+        return ""
+    rows = "".join(f"<tr><td>{_e(i['guest'])}</td><td>{_e(i['check'])}</td><td>{_e(i['reason'])}</td></tr>"
+                   for i in items[:NOT_JUDGED_LIMIT])
+    more = (f"<p>and {len(items) - NOT_JUDGED_LIMIT} more in validation-report.json.</p>"
+            if len(items) > NOT_JUDGED_LIMIT else "")
+    return (f'<section id="not-judged"><h2>Not judged: {len(items)} check(s)</h2><table><tr><th>guest</th>'
+            f"<th>check</th><th>why</th></tr>{rows}</table>{more}</section>")
 
 
 def _ids(guests: list[GuestReport]) -> list[str]:

@@ -94,6 +94,8 @@ def _case(guest: str, check: CheckResult) -> ET.Element:
     tag = _RESULT_TAG.get(check.status)
     if tag:
         message = check.detail or _default_message(check)
+        if tag == "skipped" and not message.startswith(("not judged", "not applicable")):
+            message = "not judged: " + message
         el = ET.SubElement(case, tag, message=message)
         if tag != "skipped":
             el.set("type", check.status)

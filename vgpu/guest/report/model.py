@@ -107,7 +107,12 @@ class ValidationReport:
         outcomes = {o.value: sum(g.outcome is o for g in self.guests) for o in Outcome}
         return {"guests": len(self.guests), "passed": verdicts.count("pass"),
                 "failed": verdicts.count("fail"), "errors": verdicts.count("error"),
-                "outcomes": outcomes, "checks": checks, "exit_code": self.exit_code}
+                "outcomes": outcomes, "checks": checks, "not_judged": self.not_judged(), "exit_code": self.exit_code}
+
+    def not_judged(self) -> list[dict[str, str]]:
+        """Every check that gave no verdict (status skip), with its reason: what a sign-off must read."""
+        return [{"guest": g.name, "check": c.name, "reason": c.detail} for g in self.guests for c in g.checks
+                if c.status == "skip"]
 
     @property
     def exit_code(self) -> int:
@@ -196,6 +201,9 @@ def _fields(obj: dict[str, Any], spec: dict[str, tuple[set[str], bool]], where: 
                 out.append(f"{name}: missing field {key!r}" if key not in obj else f"{name}: is null")
         elif _json_type(obj[key]) not in types:
             out.append(f"{name}: expected {' or '.join(sorted(types))}, got {_json_type(obj[key])}")
+        elif isinstance(obj[key], float) and not math.isfinite(obj[key]):
+            # 1e400 parses to inf, NaN/Infinity are accepted by Python's json: no report vgpu writes holds one
+            out.append(f"{name}: {obj[key]!r} is not a finite number")
     return out
 
 

@@ -3,14 +3,18 @@
 sim_guest_env() copies this file into the simulated guest's bin folder and writes one tiny script
 per tool (rocminfo, amd-smi, hipcc, ...) that calls ``main(tool, replay_dir, log)``. A replay file
 is named after the command and its arguments ("amd-smi_static", "dkms_status", "rocminfo"); its
-first line is a ``# replay: ...`` provenance header, the rest is printed verbatim. Lookup order:
-the whole command line, then the command with each single argument in turn ("hipblaslt-bench_-v"),
-then the bare command. Every call is appended to ``log`` (JSON lines) so tests can see what the
-agent ran. ``hipcc`` "compiles" by checking its inputs and writing an executable that replays
+first line is a ``# replay: ...`` provenance header, the rest is printed verbatim. Only the whole
+command line matches: an argument list with no capture is refused (exit 127, one line on stderr), never
+answered with another command's output, so a wrong benchmark argument fails the tests. A name longer
+than 200 characters keeps its first 150 and gets the SHA-256 of the whole name. A file may hold several
+outputs separated by ``# replay: next`` lines: the n-th identical call gets the n-th (the last repeats),
+which is how a throttling GPU is simulated. Every call is appended to ``log`` (JSON lines) so tests can
+see what the agent ran. ``hipcc`` "compiles" by checking its inputs and writing an executable that replays
 the program's own output (the replay file named after the binary).
 Standard library only, Python >= 3.8 (it runs under the guest's python3).
 """
 
+import hashlib
 import json
 import os
 import re
@@ -18,34 +22,41 @@ import stat
 import sys
 
 HEADER = "# replay:"
+NEXT = "# replay: next"
+NAME_LIMIT = 200
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]")
 
 
 def replay_name(parts):
-    """The file name for a command line: unsafe characters become "_", at most 200 characters."""
-    return _UNSAFE.sub("_", "_".join(parts))[:200]
-
-
-def candidates(tool, args):
-    names = [replay_name([tool] + list(args))] if args else []
-    names += [replay_name([tool, a]) for a in args]
-    return names + [replay_name([tool])]
+    """The file name for a command line: unsafe characters become "_"; a long one is cut and hashed."""
+    name = _UNSAFE.sub("_", "_".join(parts))
+    if len(name) <= NAME_LIMIT:
+        return name
+    return name[:150] + "_" + hashlib.sha256(name.encode()).hexdigest()[:16]
 
 
 def find_replay(replay_dir, tool, args):
-    for name in candidates(tool, args):
-        path = os.path.join(replay_dir, name)
-        if os.path.isfile(path):
-            return path
-    return None
+    path = os.path.join(replay_dir, replay_name([tool] + list(args)))
+    return path if os.path.isfile(path) else None
 
 
-def replay_text(path):
+def replay_text(path, call=0):
+    """The ``call``-th output in the file (0-based; the last one repeats), without provenance lines."""
     with open(path, encoding="utf-8", newline="") as fh:
         text = fh.read()
-    if text.startswith(HEADER):
+    if text.startswith(HEADER) and not text.startswith(NEXT):
         text = text.split("\n", 1)[1] if "\n" in text else ""
-    return text
+    sections = text.split(NEXT + "\n")
+    return sections[min(call, len(sections) - 1)]
+
+
+def earlier_calls(log, tool, args):
+    """How many times this exact command ran before (read back from the call log)."""
+    if not log or not os.path.exists(log):
+        return 0
+    with open(log, encoding="utf-8") as fh:
+        calls = [json.loads(line) for line in fh if line.strip()]
+    return sum(c.get("tool") == tool and c.get("argv") == list(args) for c in calls)
 
 
 def _log(log, tool, args):
@@ -74,13 +85,15 @@ def hipcc(args, replay_dir, bin_dir):
 
 def main(tool, replay_dir, log, argv=None):
     args = list(sys.argv[1:] if argv is None else argv)
+    call = earlier_calls(log, tool, args)
     _log(log, tool, args)
     if tool == "hipcc":
         return hipcc(args, replay_dir, os.path.dirname(os.path.abspath(__file__)))
     path = find_replay(replay_dir, tool, args)
     if path is None:
-        sys.stderr.write("%s (stand-in): no replay file for %r in %s\n" % (tool, args, replay_dir))
+        sys.stderr.write("%s (stand-in): no capture of this exact command (%s) in %s: refused\n"
+                         % (tool, replay_name([tool] + args), replay_dir))
         return 127
-    sys.stdout.write(replay_text(path))
+    sys.stdout.write(replay_text(path, call))
     sys.stdout.flush()
     return 0

@@ -61,12 +61,20 @@ __device__ static inline u64 pack8_fp8(const float* x) {
   return ((u64)(unsigned)hi << 32) | (u64)(unsigned)lo;
 }
 
+// 1.25 * 2^-10 tells the two e4m3 encodings apart (no tie in either): FNUZ (bias 8) has subnormals
+// m * 2^-10 and rounds it to 2^-10; OCP e4m3fn (bias 7) has m * 2^-9 and rounds it to 2^-9.
+#define VGPU_FORMAT_PROBE 0.001220703125f
+
 extern "C" __global__ void vgpu_fp8_mfma(const float* a, const float* b, float* c, float* roundtrip) {
   unsigned lane = __builtin_amdgcn_workitem_id_x();
   u64 pa = pack8_fp8(a + lane * 8);
   u64 pb = pack8_fp8(b + lane * 8);
   // Decoding the first byte back checks the conversion on its own (v_cvt_f32_fp8).
   roundtrip[lane] = __builtin_amdgcn_cvt_f32_fp8((int)(unsigned)pa, 0);
+  if (lane == 0) {  // roundtrip[64]: which FP8 encoding the hardware uses
+    int probe = __builtin_amdgcn_cvt_pk_fp8_f32(VGPU_FORMAT_PROBE, 0.0f, 0, false);
+    roundtrip[64] = __builtin_amdgcn_cvt_f32_fp8(probe, 0);
+  }
   v4f acc = {0.0f, 0.0f, 0.0f, 0.0f};
   acc = __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8((long)pa, (long)pb, acc, 0, 0, 0);
   for (int i = 0; i < 4; ++i) c[lane * 4 + i] = acc[i];
@@ -143,7 +151,7 @@ static void fp8_mfma() {
     return;
   }
   // Small integers are exact in both e4m3 formats, so the MFMA result must equal the host sum.
-  float ha[512], hb[512], hc[256], hr[64], expect = 0;
+  float ha[512], hb[512], hc[256], hr[65], expect = 0;
   for (int i = 0; i < 512; ++i) {
     int k = (i / 128) * 8 + i % 8;  // lane = i / 8 holds k block lane / 16 = i / 128
     ha[i] = (float)(k % 5 - 2);
@@ -162,7 +170,8 @@ static void fp8_mfma() {
   int bad = 0;
   for (int i = 0; i < 256; ++i) bad += hc[i] != expect;
   for (int l = 0; l < 64; ++l) bad += hr[l] != ha[l * 8];
-  printf("{\"test\":\"fp8_mfma\",\"expected\":%.1f,\"got\":%.1f,\"mismatches\":%d}\n", expect, hc[0], bad);
+  printf("{\"test\":\"fp8_mfma\",\"expected\":%.1f,\"got\":%.1f,\"mismatches\":%d,\"format_probe\":%.9g}\n",
+         expect, hc[0], bad, hr[64]);
   CHECK(hipFree(da)); CHECK(hipFree(db)); CHECK(hipFree(dc)); CHECK(hipFree(dr));
 }
 
