@@ -2,6 +2,7 @@
 profile passes offline, and every role documents every variable it defines."""
 from __future__ import annotations
 
+import json
 import subprocess
 import tarfile
 
@@ -81,3 +82,34 @@ def test_the_collection_builds_with_every_role_and_argument_spec(ansible_env, tm
     for role in ROLES:
         assert f"roles/{role.name}/meta/argument_specs.yml" in names
     assert {"MANIFEST.json", "README.md", "meta/runtime.yml"} <= names
+
+
+PLUGINS = sorted((p.parent.name.removesuffix("s"), p.stem) for p in (COLLECTION / "plugins").glob("*/*.py")
+                 if p.stem != "__init__")
+
+
+def test_the_plugin_list_is_not_empty():
+    assert ("module", "vgpu_provision") in PLUGINS
+
+
+@pytest.mark.parametrize("kind,name", PLUGINS, ids=lambda v: str(v))
+def test_ansible_doc_reads_every_plugin(ansible_env, kind, name):
+    """ansible-doc parses the plugin's DOCUMENTATION, EXAMPLES and RETURN (the execution environment's last build
+    step runs it too): invalid YAML there made it exit 1 while ansible-lint, which never reads them, passed."""
+    proc = subprocess.run([str(VENV_BIN / "ansible-doc"), "-t", kind, "--json", f"vgpu.instinct.{name}"], cwd=REPO,
+                          env=ansible_env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)[f"vgpu.instinct.{name}"]
+    assert doc["doc"]["short_description"] and doc["doc"]["options"] and doc["examples"] and doc["return"]
+
+
+def test_ansible_test_sanity_passes():
+    """ansible-test sanity (validate-modules, pylint, pep8, yamllint, compile, ...) in its own virtualenvs, built
+    from PyPI on the first run and cached in .cache/ansible-test; pip's bootstrap script, which comes from a host
+    the build machines cannot reach, is replaced by ensurepip (tools/get-pip-offline.py)."""
+    proc = subprocess.run([str(REPO / "tools" / "ansible-sanity.sh"), str(VENV_BIN)], cwd=REPO,
+                          capture_output=True, text=True, timeout=1800)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, "\n".join(ln for ln in out.splitlines() if "WARNING: Location" not in ln)[-6000:]
+    ran = {ln.split('"')[1] for ln in out.splitlines() if ln.startswith('Running sanity test "')}
+    assert {"validate-modules", "pylint", "yamllint", "compile", "ansible-doc", "pep8"} <= ran, sorted(ran)
