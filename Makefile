@@ -41,7 +41,7 @@ APT_ESXI := golang-go golang-github-vmware-govmomi-dev
 .PHONY: demo test deps-runtime deps-test deps-realkernel venv test-unit test-udev test-integration test-hip \
         test-realkernel bench clean
 
-demo: deps-runtime deps-esxi venv
+demo: deps-runtime deps-esxi venv collections
 	@tools/demo.sh "$(VENV)"
 
 test: deps-test deps-molecule deps-realkernel venv collections

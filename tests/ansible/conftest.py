@@ -195,3 +195,25 @@ def signal_at_pause(proc: subprocess.Popen, pause: Path, signum: int, *, timeout
     time.sleep(1)
     (pause / "go").write_text("")  # the paused step finishes: vgpu then sees the signal and rolls back
     return proc.communicate(timeout=180)
+
+
+# What a wheel is built from (pyproject.toml, setup.py and MANIFEST.in say what goes in): a copy of these, since
+# setuptools writes build/ and *.egg-info beside the sources, never into the checkout.
+WHEEL_SOURCES = ["pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "ansible.cfg", "vgpu", "playbooks",
+                 "collections/ansible_collections/vgpu/instinct"]
+
+
+def build_vgpu_wheel(src: Path, out: Path) -> Path:
+    """vgpu's wheel, built from a copy of this checkout in src (offline: the venv's setuptools, no isolation)."""
+    import shutil
+
+    for name in WHEEL_SOURCES:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "output"))
+        else:
+            shutil.copy2(REPO / name, src / name)
+    proc = subprocess.run([str(VENV_BIN / "python"), "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                           "-w", str(out), str(src)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (wheel,) = out.glob("vgpu-*.whl")
+    return wheel
