@@ -46,6 +46,9 @@ def test_ee_context_renders_with_vgpu_and_the_collection(ee_context):
     wheels = list((built / "vgpu").glob("vgpu-*-py3-none-any.whl"))
     tarballs = list((built / "vgpu").glob("vgpu-instinct-*.tar.gz"))
     assert len(wheels) == 1 and len(tarballs) == 1
+    import zipfile
+    in_wheel = set(zipfile.ZipFile(wheels[0]).namelist())  # `vgpu playbook` works inside the image
+    assert {"vgpu/ansible_content/playbooks/provision.yml", "vgpu/ansible_content/ansible.cfg"} <= in_wheel
     for step in ee["additional_build_steps"]["append_final"]:
         assert step in containerfile
     assert "ansible-galaxy collection install --offline" in containerfile
