@@ -52,6 +52,20 @@ def collections_path(root: Path) -> str:
     return os.pathsep.join([str(root / "collections"), str(root / ".cache" / "collections"), own])
 
 
+def ansible_config(root: Path) -> str:
+    """The ansible.cfg the run uses, in Ansible's own order: ANSIBLE_CONFIG, ./ansible.cfg (of the directory vgpu
+    runs in: ansible-runner runs ansible-playbook elsewhere, so it is named explicitly), ~/.ansible.cfg,
+    /etc/ansible/ansible.cfg; only where the site has none, vgpu's own. The collections path is set apart
+    (collections_path), so a site's configuration never hides vgpu.instinct."""
+    own = os.environ.get("ANSIBLE_CONFIG")
+    if own:
+        return own
+    for path in (Path.cwd() / "ansible.cfg", Path.home() / ".ansible.cfg", Path("/etc/ansible/ansible.cfg")):
+        if path.is_file():
+            return str(path)
+    return str(root / "ansible.cfg")
+
+
 def packaged_content() -> Path:
     """The Ansible content inside the installed package (a wheel install; absent in a checkout)."""
     return Path(__file__).resolve().parents[1] / "ansible_content"
@@ -231,7 +245,7 @@ def run_playbook(name: str, inventory_path: Path, *, limit: str | None = None, e
         staged = stage(inv.text, Path(inventory_path), pdd / "inventory")
         bin_dir = str(Path(sys.executable).parent)
         envvars = {
-            "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
+            "ANSIBLE_CONFIG": ansible_config(root),
             "ANSIBLE_COLLECTIONS_PATH": collections_path(root),
             "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
             "ANSIBLE_NOCOLOR": "1",
