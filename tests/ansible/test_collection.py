@@ -38,6 +38,8 @@ def test_ansible_lint_production_profile_is_clean_offline(ansible_env):
 
 def test_collection_metadata_names_namespace_and_ansible_version():
     galaxy = yaml.safe_load((COLLECTION / "galaxy.yml").read_text())
+    for key in ("repository", "documentation", "issues"):  # what Galaxy shows beside the collection
+        assert galaxy[key].startswith("https://"), key
     assert (galaxy["namespace"], galaxy["name"]) == ("vgpu", "instinct")
     assert "community.general" in galaxy["dependencies"]
     runtime = yaml.safe_load((COLLECTION / "meta" / "runtime.yml").read_text())
@@ -113,3 +115,18 @@ def test_ansible_test_sanity_passes():
     assert proc.returncode == 0, "\n".join(ln for ln in out.splitlines() if "WARNING: Location" not in ln)[-6000:]
     ran = {ln.split('"')[1] for ln in out.splitlines() if ln.startswith('Running sanity test "')}
     assert {"validate-modules", "pylint", "yamllint", "compile", "ansible-doc", "pep8"} <= ran, sorted(ran)
+
+
+def test_the_changelog_fragments_pass_antsibull_changelog_lint(tmp_path):
+    tool = VENV_BIN / "antsibull-changelog"
+    assert tool.exists(), "antsibull-changelog is missing: pip install -e '.[test]'"
+    fragments = sorted((COLLECTION / "changelogs" / "fragments").glob("*.yml"))
+    assert fragments and (COLLECTION / "changelogs" / "config.yaml").is_file()
+    proc = subprocess.run([str(tool), "lint"], cwd=COLLECTION, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
+    bad = tmp_path / "bad.yml"
+    bad.write_text("not_a_section:\n  - x\n")  # the lint does reject what is wrong
+    assert subprocess.run([str(tool), "lint", str(bad)], cwd=COLLECTION, capture_output=True).returncode != 0
+    proc = subprocess.run([str(tool), "lint-changelog-yaml", "changelogs/changelog.yaml"], cwd=COLLECTION,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
