@@ -21,7 +21,7 @@ find "$src" \( -name __pycache__ -o -name output \) -prune -exec rm -rf {} +
 "$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$DIST" "$src"
 "$BIN/ansible-galaxy" collection build -f --output-path "$DIST" collections/ansible_collections/vgpu/instinct >/dev/null
 # ansible-builder copies additional_build_files relative to the definition: render from a staged copy
-cp awx/execution-environment.yml awx/requirements.yml awx/requirements.txt awx/bindep.txt "$stage/"
+cp awx/execution-environment.yml awx/requirements.yml awx/requirements.txt awx/bindep.txt awx/constraints.txt "$stage/"
 ln -s "$DIST" "$stage/dist"
 "$BIN/ansible-builder" create -f "$stage/execution-environment.yml" -c "$CONTEXT" --output-filename Containerfile >/dev/null
 echo "ee-context: $CONTEXT (wheel and collection from $DIST)"

@@ -185,6 +185,45 @@ def test_survey_variables_are_the_roles_arguments():
             assert q["variable"] in known, q["variable"]
 
 
+def test_the_ee_installs_exactly_the_tested_python_packages(ee_context):
+    """awx/constraints.txt pins vgpu's whole run-time closure to the versions the tests ran with (this venv); the
+    EE's requirements, ansible-core and ansible-runner are exact pins agreeing with it; the constraints reach the
+    build context and the wheel's install."""
+    import importlib.metadata as md
+    import re
+
+    from packaging.requirements import Requirement
+
+    def key(name):
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    def closure(name, seen):
+        if key(name) in seen:
+            return seen
+        dist = md.distribution(name)
+        seen[key(name)] = dist.version
+        for r in map(Requirement, dist.requires or []):
+            if not r.marker or r.marker.evaluate({"extra": ""}):
+                closure(r.name, seen)
+        return seen
+
+    def pins(path):
+        lines = [ln for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+        assert all("==" in ln for ln in lines), lines
+        return {key(ln.split("==")[0]): ln.split("==")[1] for ln in lines}
+
+    tested = closure("vgpu", {})
+    tested.pop("vgpu")
+    constraints = pins(AWX / "constraints.txt")
+    assert constraints == tested
+    assert pins(AWX / "requirements.txt").items() <= constraints.items()
+    ee = yaml.safe_load((AWX / "execution-environment.yml").read_text())["dependencies"]
+    assert ee["ansible_core"]["package_pip"].split()[0] == f"ansible-core=={constraints['ansible-core']}"
+    assert ee["ansible_runner"]["package_pip"] == f"ansible-runner=={constraints['ansible-runner']}"
+    assert (ee_context / "_build" / "vgpu" / "constraints.txt").read_text() == (AWX / "constraints.txt").read_text()
+    assert "pip install --no-cache-dir -c /build/vgpu/constraints.txt" in (ee_context / "Containerfile").read_text()
+
+
 def test_every_collection_used_is_listed_at_the_version_tested():
     """The EE's requirements name each collection the roles use (and only those), pinned to what the tests ran;
     awx.awx, which controller.yml uses, is in controller-requirements.yml at the version checked here."""
