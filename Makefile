@@ -37,11 +37,11 @@ APT_ESXI := golang-go golang-github-vmware-govmomi-dev
 
 
 .PHONY: test-e2e test-esxi test-hostile test-ansible test-molecule deps-molecule deps-esxi collections \
-        test-lane-ansible test-lane-hosts
+        test-lane-ansible test-lane-hosts test-ansible-oldest ansible-oldest
 .PHONY: demo test deps-runtime deps-test deps-realkernel venv test-unit test-udev test-integration test-hip \
         test-realkernel bench clean
 
-demo: deps-runtime deps-esxi venv
+demo: deps-runtime deps-esxi venv collections
 	@tools/demo.sh "$(VENV)"
 
 test: deps-test deps-molecule deps-realkernel venv collections
@@ -53,7 +53,7 @@ test: deps-test deps-molecule deps-realkernel venv collections
 # network namespaces (Molecule, the real kernel, SSH in namespaces) one after the other.
 test-lane-ansible:
 	@base=$$(mktemp -d /tmp/vgpu-lane.XXXXXX) && $(MAKE) --no-print-directory TIER_BASE=$$base \
-	  test-ansible test-udev test-hip && rm -rf -- "$$base"
+	  test-ansible test-ansible-oldest test-udev test-hip && rm -rf -- "$$base"
 
 test-lane-hosts:
 	@base=$$(mktemp -d /tmp/vgpu-lane.XXXXXX) && $(MAKE) --no-print-directory TIER_BASE=$$base \
@@ -80,16 +80,34 @@ test-udev:
 	VGPU_REQUIRE_UMOCKDEV=1 LD_PRELOAD=$(UMOCKDEV_PRELOAD) $(PYTEST) $(TIER_TMP) -q -m udev tests/udev
 
 # The Ansible collection (vgpu.instinct) and playbooks: syntax, ansible-lint (production, offline),
-# argument specs, refusals, reboot gate, and the RHEL/Ubuntu files rendered by ansible's templar.
+# argument specs, refusals, reboot gate, and the RHEL/Ubuntu files rendered by ansible's templar; ansible-doc on every
+# plugin and ansible-test sanity (tools/ansible-sanity.sh, its virtualenvs cached in .cache/ansible-test).
 # Collections come from the `ansible` wheel (tools/fetch-collections.sh); VGPU_REQUIRE_ANSIBLE=1
 # turns a missing tool into a failure instead of a skip.
 test-ansible: venv collections
 	VGPU_REQUIRE_ANSIBLE=1 $(PYTEST) $(TIER_TMP) -q tests/ansible
 
+# The roles again on the OLDEST ansible-core the collection declares (meta/runtime.yml's requires_ansible; the
+# venv has the newest pip gives this Python): its own venv, ansible-core only, from PyPI. The runs that execute
+# role tasks (booleans and the reboot gate, refusals, check mode, the OS families' files).
+RUNTIME_YML := collections/ansible_collections/vgpu/instinct/meta/runtime.yml
+ANSIBLE_OLDEST = $(shell sed -n 's/^requires_ansible: *">=\([0-9]*\.[0-9]*\).*/\1/p' $(RUNTIME_YML))
+OLDEST_VENV = .venv-ansible-$(ANSIBLE_OLDEST)
+ROLE_TESTS := tests/ansible/test_booleans.py tests/ansible/test_refusals.py tests/ansible/test_check_mode.py \
+              tests/ansible/test_render_os_families.py
+test-ansible-oldest: venv collections ansible-oldest
+	VGPU_ANSIBLE_BIN=$(OLDEST_VENV)/bin VGPU_ANSIBLE_EXPECT=$(ANSIBLE_OLDEST) VGPU_REQUIRE_ANSIBLE=1 \
+	  $(PYTEST) $(TIER_TMP) -q $(ROLE_TESTS)
+
 # The roles converged on real Debian 12 hosts (systemd-nspawn, SSH) from a local signed repository: create,
 # converge, idempotence, verify (~1.5 min per scenario; the first run builds the root, ~1 min).
-test-molecule: deps-molecule venv collections
+test-molecule: deps-molecule venv collections ansible-oldest
 	VGPU_REQUIRE_MOLECULE=1 $(PYTEST) $(TIER_TMP) -q tests/molecule
+
+ansible-oldest:
+	@[ -n "$(ANSIBLE_OLDEST)" ] || { echo "no requires_ansible in $(RUNTIME_YML)" >&2; exit 1; }
+	@[ -x $(OLDEST_VENV)/bin/ansible-playbook ] || { $(PYTHON) -m venv $(OLDEST_VENV) && \
+	  $(OLDEST_VENV)/bin/python -m pip install -q "ansible-core==$(ANSIBLE_OLDEST).*"; }
 
 deps-molecule:
 	@tools/apt-ensure.sh $(APT_MOLECULE)
@@ -135,4 +153,4 @@ $(VENV)/.installed: pyproject.toml
 	@touch $@
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache
+	rm -rf $(VENV) .venv-ansible-* build dist *.egg-info .pytest_cache

@@ -21,6 +21,9 @@ from loadsafe import HANG, burn_session, cpu_burners, signalled, wait_until  # n
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", REPO / ".venv")) / "bin"
+# The ansible-core that runs the roles: the venv's (the newest the collection supports), or VGPU_ANSIBLE_BIN, the
+# bin directory of another one (make test-ansible-oldest: the oldest that meta/runtime.yml's requires_ansible allows).
+ANSIBLE_BIN = Path(os.environ.get("VGPU_ANSIBLE_BIN") or VENV_BIN)
 PLAYBOOKS = REPO / "playbooks"
 TEST_PLAYBOOKS = Path(__file__).parent / "playbooks"
 COLLECTIONS_CACHE = REPO / ".cache" / "collections" / "ansible_collections"
@@ -84,8 +87,8 @@ def _require(what: str) -> None:
 
 @pytest.fixture(scope="session")
 def ansible_env(tmp_path_factory) -> dict:
-    if not (VENV_BIN / "ansible-playbook").exists():
-        _require(f"{VENV_BIN}/ansible-playbook is missing: pip install -e '.[test]'")
+    if not (ANSIBLE_BIN / "ansible-playbook").exists():
+        _require(f"{ANSIBLE_BIN}/ansible-playbook is missing: pip install -e '.[test]'")
     if not (COLLECTIONS_CACHE / "community" / "general" / "MANIFEST.json").exists():
         _require("community.general is missing: run tools/fetch-collections.sh (make test-ansible does)")
     home = tmp_path_factory.mktemp("ansible-home")
@@ -134,18 +137,21 @@ def module_bin(tmp_path_factory) -> Path:
 def module_run(ansible_env, module_bin, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("play")
 
-    def run(playbook: Path, hosts: dict[str, dict], extra: dict | None = None, check: bool = False) -> PlayResult:
-        return run_playbook(ansible_env, workdir, module_bin, playbook, extra, check, hosts)
+    def run(playbook: Path, hosts: dict[str, dict], extra: dict | None = None, check: bool = False,
+            args: list[str] | None = None) -> PlayResult:
+        return run_playbook(ansible_env, workdir, module_bin, playbook, extra, check, hosts, args=args)
     return run
 
 
 def run_playbook(env: dict, workdir: Path, fake_bin: Path | None, playbook: Path, extra: dict | None = None,
-                 check: bool = False, hosts: dict[str, dict] | None = None, diff: bool = False) -> PlayResult:
+                 check: bool = False, hosts: dict[str, dict] | None = None, diff: bool = False,
+                 args: list[str] | None = None) -> PlayResult:
     """Run a playbook with the local connection; a PlayResult from the json callback.
 
     hosts: inventory host name -> that host's variables, so one run checks several cases (each host
     stands for one case, all of them this machine); default a single host "localhost". extra: -e
-    variables, which win over host variables, for what every case shares."""
+    variables, which win over host variables, for what every case shares. args: more ansible-playbook
+    arguments, as an operator types them (e.g. ["-e", "vgpu_allow_reboot=no"], a string)."""
     workdir.mkdir(parents=True, exist_ok=True)
     n = len(list(workdir.glob("inventory-*")))
     inventory = workdir / f"inventory-{n}.json"
@@ -156,7 +162,8 @@ def run_playbook(env: dict, workdir: Path, fake_bin: Path | None, playbook: Path
     vars_file.write_text(json.dumps(extra or {}))
     env = dict(env)
     env["PATH"] = f"{fake_bin or ''}:{VENV_BIN}:{env.get('PATH', '/usr/bin:/bin')}"
-    cmd = [str(VENV_BIN / "ansible-playbook"), "-i", str(inventory), "-e", f"@{vars_file}", str(playbook)]
+    cmd = [str(ANSIBLE_BIN / "ansible-playbook"), "-i", str(inventory), "-e", f"@{vars_file}", *(args or []),
+           str(playbook)]
     if check:
         cmd.append("--check")
     if diff:
@@ -194,3 +201,25 @@ def signal_at_pause(proc: subprocess.Popen, pause: Path, signum: int, *, reaches
     wait_until(lambda: expected in signalled(pause), proc, f"vgpu on the host received {expected}")
     (pause / "go").write_text("")  # the paused step finishes: vgpu then sees the signal and rolls back
     return proc.communicate(timeout=HANG)
+
+
+# What a wheel is built from (pyproject.toml, setup.py and MANIFEST.in say what goes in): a copy of these, since
+# setuptools writes build/ and *.egg-info beside the sources, never into the checkout.
+WHEEL_SOURCES = ["pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "ansible.cfg", "vgpu", "playbooks",
+                 "collections/ansible_collections/vgpu/instinct"]
+
+
+def build_vgpu_wheel(src: Path, out: Path) -> Path:
+    """vgpu's wheel, built from a copy of this checkout in src (offline: the venv's setuptools, no isolation)."""
+    import shutil
+
+    for name in WHEEL_SOURCES:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "output"))
+        else:
+            shutil.copy2(REPO / name, src / name)
+    proc = subprocess.run([str(VENV_BIN / "python"), "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                           "-w", str(out), str(src)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (wheel,) = out.glob("vgpu-*.whl")
+    return wheel

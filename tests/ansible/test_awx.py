@@ -46,6 +46,9 @@ def test_ee_context_renders_with_vgpu_and_the_collection(ee_context):
     wheels = list((built / "vgpu").glob("vgpu-*-py3-none-any.whl"))
     tarballs = list((built / "vgpu").glob("vgpu-instinct-*.tar.gz"))
     assert len(wheels) == 1 and len(tarballs) == 1
+    import zipfile
+    in_wheel = set(zipfile.ZipFile(wheels[0]).namelist())  # `vgpu playbook` works inside the image
+    assert {"vgpu/ansible_content/playbooks/provision.yml", "vgpu/ansible_content/ansible.cfg"} <= in_wheel
     for step in ee["additional_build_steps"]["append_final"]:
         assert step in containerfile
     assert "ansible-galaxy collection install --offline" in containerfile
@@ -158,10 +161,10 @@ def test_job_templates_name_shipped_playbooks_and_ask_for_the_limit(awx_collecti
     templates = [t["awx.awx.job_template"] for t in tasks if "awx.awx.job_template" in t]
     assert {t["playbook"] for t in templates} == {
         "playbooks/prepare_kvm_hosts.yml", "playbooks/prepare_passthrough_hosts.yml", "playbooks/provision.yml",
-        "playbooks/install_guest_stack.yml", "playbooks/validate.yml"}
+        "playbooks/install_guest_stack.yml", "playbooks/validate.yml", "awx/rollout.yml"}
     for t in templates:
-        assert (REPO / t["playbook"]).is_file() and t["playbook"].startswith("playbooks/")
-        assert t["ask_limit_on_launch"] is True
+        assert (REPO / t["playbook"]).is_file()
+        assert t["ask_limit_on_launch"] is (t["playbook"] != "awx/rollout.yml")
     surveys = {t["playbook"]: {q["variable"] for q in t["survey_spec"]["spec"]} for t in templates
                if t.get("survey_enabled")}
     assert surveys["playbooks/provision.yml"] == {"provision_profile"}
@@ -175,31 +178,89 @@ def test_survey_variables_are_the_roles_arguments():
     for spec in roles.glob("*/meta/argument_specs.yml"):
         known |= set(yaml.safe_load(spec.read_text())["argument_specs"]["main"]["options"])
     known |= {"vgpu_allow_reboot"}  # the shared role's (vgpu.instinct.vgpu)
+    known |= set(yaml.safe_load((REPO / "awx" / "rollout.yml").read_text())[0]["vars"]) | {"provision_profile"}
     for task in tasks:
         body = next(iter(v for k, v in task.items() if k.startswith("awx.awx.")))
         for q in (body.get("survey_spec") or {}).get("spec", []):
             assert q["variable"] in known, q["variable"]
 
 
-def test_workflow_gates_the_fleet_wave_on_an_approval_after_the_canary(awx_collection):
+def test_the_ee_installs_exactly_the_tested_python_packages(ee_context):
+    """awx/constraints.txt pins vgpu's whole run-time closure to the versions the tests ran with (this venv); the
+    EE's requirements, ansible-core and ansible-runner are exact pins agreeing with it; the constraints reach the
+    build context and the wheel's install."""
+    import importlib.metadata as md
+    import re
+
+    from packaging.requirements import Requirement
+
+    def key(name):
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    def closure(name, seen):
+        if key(name) in seen:
+            return seen
+        dist = md.distribution(name)
+        seen[key(name)] = dist.version
+        for r in map(Requirement, dist.requires or []):
+            if not r.marker or r.marker.evaluate({"extra": ""}):
+                closure(r.name, seen)
+        return seen
+
+    def pins(path):
+        lines = [ln for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+        assert all("==" in ln for ln in lines), lines
+        return {key(ln.split("==")[0]): ln.split("==")[1] for ln in lines}
+
+    tested = closure("vgpu", {})
+    tested.pop("vgpu")
+    constraints = pins(AWX / "constraints.txt")
+    assert constraints == tested
+    assert pins(AWX / "requirements.txt").items() <= constraints.items()
+    ee = yaml.safe_load((AWX / "execution-environment.yml").read_text())["dependencies"]
+    assert ee["ansible_core"]["package_pip"].split()[0] == f"ansible-core=={constraints['ansible-core']}"
+    assert ee["ansible_runner"]["package_pip"] == f"ansible-runner=={constraints['ansible-runner']}"
+    assert (ee_context / "_build" / "vgpu" / "constraints.txt").read_text() == (AWX / "constraints.txt").read_text()
+    assert "pip install --no-cache-dir -c /build/vgpu/constraints.txt" in (ee_context / "Containerfile").read_text()
+
+
+def test_every_collection_used_is_listed_at_the_version_tested():
+    """The EE's requirements name each collection the roles use (and only those), pinned to what the tests ran;
+    awx.awx, which controller.yml uses, is in controller-requirements.yml at the version checked here."""
+    import json
+    import re
+
+    def pins(path):
+        return {c["name"]: c["version"] for c in yaml.safe_load(path.read_text())["collections"]}
+
+    tested = {f"{ns}.{n}": json.loads((COLLECTIONS_CACHE / ns / n / "MANIFEST.json").read_text())
+              ["collection_info"]["version"] for ns, n in [("community", "general"), ("awx", "awx")]}
+    roles = REPO / "collections" / "ansible_collections" / "vgpu" / "instinct"
+    used = {m.group(1) for p in [*roles.rglob("*.yml"), *PLAYBOOKS.glob("*.yml")]
+            for m in re.finditer(r"\b((?!vgpu\.)[a-z_]+\.[a-z_]+)\.[a-z_]+:", p.read_text())} - {"ansible.builtin"}
+    assert set(pins(AWX / "requirements.yml")) == used, used
+    assert pins(AWX / "requirements.yml") == {"community.general": "==" + tested["community.general"]}
+    assert pins(AWX / "controller-requirements.yml") == {"awx.awx": "==" + tested["awx.awx"]}
+
+
+def test_the_workflow_is_vgpu_rollout_with_an_approved_resume(awx_collection):
+    """One safety model: the roll-out is ONE job running `vgpu rollout run` (awx/rollout.yml, tested on a simulated
+    fleet in test_awx_rollout.py); the only other nodes are an approval after it FAILED and the resume."""
     _, tasks = controller_tasks()
     nodes = {t["awx.awx.workflow_job_template_node"]["identifier"]: t["awx.awx.workflow_job_template_node"]
              for t in tasks if "awx.awx.workflow_job_template_node" in t}
-    edges = {name: n.get("success_nodes", []) for name, n in nodes.items()}
-    path, node = [], "provision-canary"  # the root: no node leads to it
-    assert all("provision-canary" not in after for after in edges.values())
-    while node:
-        path.append(node)
-        after = edges[node]
-        assert len(after) <= 1
-        node = after[0] if after else None
-    assert path == ["provision-canary", "guests-canary", "validate-canary", "approve-fleet", "provision-fleet",
-                    "guests-fleet", "validate-fleet"]
-    assert "approval_node" in nodes["approve-fleet"] and "unified_job_template" not in nodes["approve-fleet"]
-    for name in path[:3]:
-        assert nodes[name]["limit"] == "{{ vgpu_canary_limit }}"
-    for name in path[4:]:
-        assert nodes[name]["limit"].startswith("all:!")  # canary hosts are not mixed into the fleet wave
+    templates = {t["awx.awx.job_template"]["name"]: t["awx.awx.job_template"] for t in tasks
+                 if "awx.awx.job_template" in t}
+    assert set(nodes) == {"rollout", "approve-resume", "resume"}
+    assert nodes["rollout"]["unified_job_template"] == "vgpu rollout"
+    assert nodes["rollout"]["failure_nodes"] == ["approve-resume"] and "success_nodes" not in nodes["rollout"]
+    assert "approval_node" in nodes["approve-resume"] and nodes["approve-resume"]["success_nodes"] == ["resume"]
+    assert nodes["resume"]["unified_job_template"] == "vgpu rollout resume"
+    for name in ("vgpu rollout", "vgpu rollout resume"):
+        assert templates[name]["playbook"] == "awx/rollout.yml" and templates[name]["ask_limit_on_launch"] is False
+    assert templates["vgpu rollout resume"]["extra_vars"]["vgpu_rollout_action"] == "resume"
+    # no workflow node provisions or validates by itself (that would be a second, weaker gate)
+    assert all(n.get("unified_job_template") in (None, "vgpu rollout", "vgpu rollout resume") for n in nodes.values())
 
 
 def test_controller_playbook_passes_syntax_check(ansible_env):

@@ -2,6 +2,7 @@
 profile passes offline, and every role documents every variable it defines."""
 from __future__ import annotations
 
+import json
 import subprocess
 import tarfile
 
@@ -37,6 +38,8 @@ def test_ansible_lint_production_profile_is_clean_offline(ansible_env):
 
 def test_collection_metadata_names_namespace_and_ansible_version():
     galaxy = yaml.safe_load((COLLECTION / "galaxy.yml").read_text())
+    for key in ("repository", "documentation", "issues"):  # what Galaxy shows beside the collection
+        assert galaxy[key].startswith("https://"), key
     assert (galaxy["namespace"], galaxy["name"]) == ("vgpu", "instinct")
     assert "community.general" in galaxy["dependencies"]
     runtime = yaml.safe_load((COLLECTION / "meta" / "runtime.yml").read_text())
@@ -81,3 +84,49 @@ def test_the_collection_builds_with_every_role_and_argument_spec(ansible_env, tm
     for role in ROLES:
         assert f"roles/{role.name}/meta/argument_specs.yml" in names
     assert {"MANIFEST.json", "README.md", "meta/runtime.yml"} <= names
+
+
+PLUGINS = sorted((p.parent.name.removesuffix("s"), p.stem) for p in (COLLECTION / "plugins").glob("*/*.py")
+                 if p.stem != "__init__")
+
+
+def test_the_plugin_list_is_not_empty():
+    assert ("module", "vgpu_provision") in PLUGINS
+
+
+@pytest.mark.parametrize("kind,name", PLUGINS, ids=lambda v: str(v))
+def test_ansible_doc_reads_every_plugin(ansible_env, kind, name):
+    """ansible-doc parses the plugin's DOCUMENTATION, EXAMPLES and RETURN (the execution environment's last build
+    step runs it too): invalid YAML there made it exit 1 while ansible-lint, which never reads them, passed."""
+    proc = subprocess.run([str(VENV_BIN / "ansible-doc"), "-t", kind, "--json", f"vgpu.instinct.{name}"], cwd=REPO,
+                          env=ansible_env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)[f"vgpu.instinct.{name}"]
+    assert doc["doc"]["short_description"] and doc["doc"]["options"] and doc["examples"] and doc["return"]
+
+
+def test_ansible_test_sanity_passes():
+    """ansible-test sanity (validate-modules, pylint, pep8, yamllint, compile, ...) in its own virtualenvs, built
+    from PyPI on the first run and cached in .cache/ansible-test; pip's bootstrap script, which comes from a host
+    the build machines cannot reach, is replaced by ensurepip (tools/get-pip-offline.py)."""
+    proc = subprocess.run([str(REPO / "tools" / "ansible-sanity.sh"), str(VENV_BIN)], cwd=REPO,
+                          capture_output=True, text=True, timeout=1800)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, "\n".join(ln for ln in out.splitlines() if "WARNING: Location" not in ln)[-6000:]
+    ran = {ln.split('"')[1] for ln in out.splitlines() if ln.startswith('Running sanity test "')}
+    assert {"validate-modules", "pylint", "yamllint", "compile", "ansible-doc", "pep8"} <= ran, sorted(ran)
+
+
+def test_the_changelog_fragments_pass_antsibull_changelog_lint(tmp_path):
+    tool = VENV_BIN / "antsibull-changelog"
+    assert tool.exists(), "antsibull-changelog is missing: pip install -e '.[test]'"
+    fragments = sorted((COLLECTION / "changelogs" / "fragments").glob("*.yml"))
+    assert fragments and (COLLECTION / "changelogs" / "config.yaml").is_file()
+    proc = subprocess.run([str(tool), "lint"], cwd=COLLECTION, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
+    bad = tmp_path / "bad.yml"
+    bad.write_text("not_a_section:\n  - x\n")  # the lint does reject what is wrong
+    assert subprocess.run([str(tool), "lint", str(bad)], cwd=COLLECTION, capture_output=True).returncode != 0
+    proc = subprocess.run([str(tool), "lint-changelog-yaml", "changelogs/changelog.yaml"], cwd=COLLECTION,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -215,3 +215,15 @@ def _left_under(where: Path) -> dict[int, str]:
         if alive and str(where) in text:
             left[int(cmdline.parent.name)] = text
     return left
+
+
+def test_a_site_ansible_cfg_in_the_working_directory_is_used(tmp_path):
+    """vgpu no longer forces its own ansible.cfg over the operator's: ./ansible.cfg (here one that writes a log)
+    applies, and vgpu.instinct is still found (its collections path is set apart)."""
+    log = tmp_path / "site-ansible.log"
+    (tmp_path / "ansible.cfg").write_text(f"[defaults]\nlog_path = {log}\n")
+    inv = inventory(tmp_path, {"gim_hosts": {"kvm-a": local_host()}})
+    proc = vgpu("playbook", "run", "provision", "-i", str(inv), *sim_vars(tmp_path), "-e",
+                "provision_profile=mi300x-4vf", "--check", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Apply the profile with vgpu" in log.read_text()

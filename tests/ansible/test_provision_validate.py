@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import PLAYBOOKS, REPO, VENV_BIN
+from conftest import PLAYBOOKS, REPO, VENV_BIN, build_vgpu_wheel
 
 
 
@@ -273,44 +272,71 @@ def test_validate_turns_the_plays_hosts_into_guests_and_fails_the_unreachable_on
 @pytest.fixture(scope="module")
 def vgpu_wheel(tmp_path_factory) -> Path:
     """vgpu's own wheel, built from this checkout (offline: the venv's setuptools, no build isolation)."""
-    out, src = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("src")
-    # built from a copy: setuptools writes build/ and *.egg-info beside the sources, never into the checkout
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, src / name)
-    shutil.copytree(REPO / "vgpu", src / "vgpu", ignore=shutil.ignore_patterns("__pycache__"))
-    proc = subprocess.run([str(VENV_BIN / "python"), "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                           "-w", str(out), str(src)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (wheel,) = out.glob("vgpu-*.whl")
-    return wheel
+    return build_vgpu_wheel(tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel"))
 
 
-def test_wheel_install_copies_installs_by_version_and_is_idempotent(run_play, tmp_path, vgpu_wheel):
-    sim_dir = sim_host(tmp_path)
-    venv = tmp_path / "opt-vgpu"
-    # The air-gapped path: the wheel from the controller, pip --find-links; --no-deps because this machine's
-    # dependencies are not a site mirror. The profile is applied with the test venv's vgpu (which has them).
-    extra = provision_vars(sim_dir, provision_install="pip", provision_wheel=str(vgpu_wheel),
-                           provision_wheel_dir=str(tmp_path / "wheels"), provision_venv=str(venv),
-                           provision_pip_extra_args=["--no-deps"])
+def wheel_vars(sim_dir: Path, tmp_path: Path, **source) -> dict:
+    """The role installing vgpu itself from a wheel. --no-deps because this machine's dependencies are not a site
+    mirror; the profile is applied with the test venv's vgpu (which has them)."""
+    return provision_vars(sim_dir, provision_install="pip", provision_wheel_dir=str(tmp_path / "wheels"),
+                          provision_venv=str(tmp_path / "opt-vgpu"), provision_pip_extra_args=["--no-deps"], **source)
+
+
+def sha256(path: Path) -> str:
+    import hashlib
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def assert_installed_once_then_unchanged(run_play, extra, tmp_path, wheel, fetch_task):
     first = run_play(PLAYBOOKS / "provision.yml", extra)
     assert first.ok, [(n, r.get("msg")) for n, r in first.tasks() if r.get("failed")]
-    assert {"Copy the vgpu wheel to the host", "Install vgpu into its virtualenv"} <= set(first.changed_tasks())
-    assert (tmp_path / "wheels" / vgpu_wheel.name).read_bytes() == vgpu_wheel.read_bytes()
-    show = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "show", "vgpu"], capture_output=True,
-                          text=True, timeout=600)
-    assert "Version: 0.1.0" in show.stdout
+    assert {fetch_task, "Install vgpu into its virtualenv"} <= set(first.changed_tasks())
+    assert (tmp_path / "wheels" / wheel.name).read_bytes() == wheel.read_bytes()
+    show = subprocess.run([str(tmp_path / "opt-vgpu" / "bin" / "python"), "-m", "pip", "show", "-f", "vgpu"],
+                          capture_output=True, text=True, timeout=120)
+    assert "Version: 0.1.0" in show.stdout and "Location: " + str(tmp_path / "opt-vgpu") in show.stdout
     second = run_play(PLAYBOOKS / "provision.yml", extra)
     assert second.ok and second.changed_tasks() == []
 
 
-def test_a_wheel_that_is_not_a_vgpu_wheel_is_refused_before_anything(run_play, tmp_path):
+def test_a_controller_wheel_is_copied_installed_and_idempotent(run_play, tmp_path, vgpu_wheel):
+    extra = wheel_vars(sim_host(tmp_path), tmp_path, provision_wheel=str(vgpu_wheel),
+                       provision_wheel_checksum=sha256(vgpu_wheel))
+    assert_installed_once_then_unchanged(run_play, extra, tmp_path, vgpu_wheel, "Copy the vgpu wheel to the host")
+
+
+def test_a_wheel_url_with_its_checksum_is_downloaded_installed_and_idempotent(run_play, tmp_path, vgpu_wheel):
+    extra = wheel_vars(sim_host(tmp_path), tmp_path, provision_wheel_url=vgpu_wheel.as_uri(),
+                       provision_wheel_checksum=sha256(vgpu_wheel))
+    assert_installed_once_then_unchanged(run_play, extra, tmp_path, vgpu_wheel,
+                                         "Download the vgpu wheel (checked against its checksum)")
+
+
+@pytest.mark.parametrize("case,source,task,words", [
+    ("nothing", {}, "Check vgpu's wheel is given, from exactly one place",
+     ["no vgpu wheel given", "never installed by name from a package index"]),
+    ("both", {"provision_wheel": "W", "provision_wheel_url": "U"}, "Check vgpu's wheel is given, from exactly one place",
+     ["both set"]),
+    ("url-no-checksum", {"provision_wheel_url": "U"}, "Check vgpu's wheel is given, from exactly one place",
+     ["sha256:<64 hex digits>, not empty (a URL needs one)"]),
+    ("bad-checksum-form", {"provision_wheel": "W", "provision_wheel_checksum": "md5:abc"},
+     "Check vgpu's wheel is given, from exactly one place", ["not md5:abc"]),
+    ("not-a-vgpu-wheel", {"provision_wheel": "EVIL"}, "Check the wheel's file name", ["not evil.whl"]),
+    ("wrong-checksum", {"provision_wheel": "W", "provision_wheel_checksum": "sha256:" + "0" * 64},
+     "Check the wheel is the one the checksum names", ["not the sha256:000", "not installed"]),
+])
+def test_no_wheel_two_wheels_or_a_bad_one_is_refused_and_nothing_installed(run_play, tmp_path, vgpu_wheel, case,
+                                                                          source, task, words):
     sim_dir = sim_host(tmp_path)
+    before = tree_digest(sim_dir)
     bogus = tmp_path / "evil.whl"
     bogus.write_bytes(b"PK\x03\x04")
-    extra = provision_vars(sim_dir, provision_install="pip", provision_wheel=str(bogus),
-                           provision_wheel_dir=str(tmp_path / "wheels"), provision_venv=str(tmp_path / "venv"))
-    play = run_play(PLAYBOOKS / "provision.yml", extra)
+    where = {"W": str(vgpu_wheel), "U": vgpu_wheel.as_uri(), "EVIL": str(bogus)}
+    play = run_play(PLAYBOOKS / "provision.yml",
+                    wheel_vars(sim_dir, tmp_path, **{k: where.get(v, v) for k, v in source.items()}))
     name, msg = play.failed()
-    assert name == "Check the wheel's file name" and "not evil.whl" in msg
-    assert not (tmp_path / "wheels").exists() and not (tmp_path / "venv").exists()
+    assert name == task and all(w in msg for w in words), (name, msg)
+    assert not (tmp_path / "opt-vgpu").exists()
+    assert_unchanged(sim_dir, before)
+    if case != "wrong-checksum":
+        assert not (tmp_path / "wheels").exists()

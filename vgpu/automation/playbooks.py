@@ -29,14 +29,44 @@ REDACTED = "<redacted>"
 
 
 def content_dir() -> Path:
-    """Where the playbooks/ and collections/ vgpu runs live: VGPU_ANSIBLE_DIR, else the checkout
-    vgpu runs from (the repository root holds playbooks/, collections/ and ansible.cfg)."""
+    """Where the playbooks/ and collections/ vgpu runs live: VGPU_ANSIBLE_DIR, else the checkout vgpu runs from
+    (the repository root holds playbooks/, collections/ and ansible.cfg), else the copy a wheel carries as
+    package data (vgpu/ansible_content, put there by setup.py)."""
     env = os.environ.get("VGPU_ANSIBLE_DIR")
-    root = Path(env) if env else Path(__file__).resolve().parents[2]
-    if not (root / "playbooks").is_dir() or not (root / "collections").is_dir():
-        raise VgpuError(f"no playbooks/ and collections/ under {root}",
-                        hint="run vgpu from its repository checkout, or set VGPU_ANSIBLE_DIR to a copy of it")
-    return root
+    candidates = [Path(env)] if env else [packaged_content(), Path(__file__).resolve().parents[2]]
+    for root in candidates:
+        if (root / "playbooks").is_dir() and (root / "collections").is_dir():
+            return root
+    raise VgpuError(f"no playbooks/ and collections/ under {' or '.join(map(str, candidates))}",
+                    hint="reinstall vgpu from its wheel or run it from its repository checkout, or set "
+                         "VGPU_ANSIBLE_DIR to a copy of the checkout")
+
+
+def collections_path(root: Path) -> str:
+    """vgpu.instinct (root/collections) and the checkout's unpacked community.general first, then the operator's
+    own collection paths (ANSIBLE_COLLECTIONS_PATH, else Ansible's defaults): a wheel install finds
+    community.general wherever ansible-galaxy put it."""
+    own = os.environ.get("ANSIBLE_COLLECTIONS_PATH") or "~/.ansible/collections:/usr/share/ansible/collections"
+    return os.pathsep.join([str(root / "collections"), str(root / ".cache" / "collections"), own])
+
+
+def ansible_config(root: Path) -> str:
+    """The ansible.cfg the run uses, in Ansible's own order: ANSIBLE_CONFIG, ./ansible.cfg (of the directory vgpu
+    runs in: ansible-runner runs ansible-playbook elsewhere, so it is named explicitly), ~/.ansible.cfg,
+    /etc/ansible/ansible.cfg; only where the site has none, vgpu's own. The collections path is set apart
+    (collections_path), so a site's configuration never hides vgpu.instinct."""
+    own = os.environ.get("ANSIBLE_CONFIG")
+    if own:
+        return own
+    for path in (Path.cwd() / "ansible.cfg", Path.home() / ".ansible.cfg", Path("/etc/ansible/ansible.cfg")):
+        if path.is_file():
+            return str(path)
+    return str(root / "ansible.cfg")
+
+
+def packaged_content() -> Path:
+    """The Ansible content inside the installed package (a wheel install; absent in a checkout)."""
+    return Path(__file__).resolve().parents[1] / "ansible_content"
 
 
 def playbooks(root: Path | None = None) -> dict[str, Path]:
@@ -227,8 +257,8 @@ def run_playbook(name: str, inventory_path: Path, *, limit: str | None = None, e
         staged = stage(inv.text, Path(inventory_path), pdd / "inventory")
         bin_dir = str(Path(sys.executable).parent)
         envvars = {
-            "ANSIBLE_CONFIG": str(root / "ansible.cfg"),
-            "ANSIBLE_COLLECTIONS_PATH": f"{root / 'collections'}:{root / '.cache' / 'collections'}",
+            "ANSIBLE_CONFIG": ansible_config(root),
+            "ANSIBLE_COLLECTIONS_PATH": collections_path(root),
             "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
             "ANSIBLE_NOCOLOR": "1",
         }

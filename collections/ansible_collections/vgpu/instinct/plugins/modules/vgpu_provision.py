@@ -13,8 +13,8 @@ version_added: "0.1.0"
 description:
   - Runs C(vgpu provision --profile NAME --json --yes) on the target (C(vgpu release --json --yes) with
     O(state=released)) and returns the C(vgpu.provision/v1) document vgpu prints (docs/plan-json.md).
-  - Check mode runs the same command with C(--dry-run): the plan, nothing changed. C(changed) is true only
-    when vgpu ran steps (in check mode, when the plan has steps).
+  - Check mode runs the same command with C(--dry-run), which prints the plan and changes nothing.
+    C(changed) is true only when vgpu ran steps (in check mode, when the plan has steps).
   - With C(--diff) the plan's steps are shown as the diff.
   - A refusal, a device in use, a held lock or a failed step fails the task with vgpu's own sentences and
     its exit code (RV(rc), RV(exit_code_name)); a failed step has already been rolled back by vgpu.
@@ -38,7 +38,7 @@ options:
     default: provisioned
   force:
     description:
-      - Proceed even when VMs or processes hold devices the plan disrupts (vgpu's C(--force)): they break.
+      - Proceed even when VMs or processes hold devices the plan disrupts (vgpu's C(--force)); they break.
     type: bool
     default: false
   lock_timeout:
@@ -66,11 +66,13 @@ options:
     default: vgpu
 attributes:
   check_mode:
+    description: Runs vgpu with C(--dry-run) and returns the plan; nothing on the host changes.
     support: full
   diff_mode:
+    description: Shows the plan's steps, one line each.
     support: full
 author:
-  - vgpu maintainers
+  - vgpu maintainers (@vgpu)
 """
 
 EXAMPLES = r"""
