@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from vgpu.capability import HostView, Verdict, assess
 from vgpu.catalog import DEFAULT, Catalog, ComputePartition, Hypervisor, MemoryPartition, Mode, Support
 from vgpu.errors import RefusedError
 from vgpu.model.inventory import Gpu, Inventory
@@ -82,6 +83,9 @@ def check(desired: Desired, inv: Inventory, catalog: Catalog = DEFAULT) -> list[
     if desired.mode is Mode.SRIOV:
         problems += _vf_num_overrides(inv)
         problems += _bystanders(desired, inv, catalog)
+        verdict = capability(desired, inv, catalog)
+        problems += [Problem(_matrix_subject(desired, verdict), sentence, fix) for sentence, fix in verdict.problems] \
+            if verdict else []
     for address in inv.unidentified:  # its model is unknown: any profile might select it
         problems.append(Problem(str(address), UNREADABLE_IDS, UNREADABLE_FIX.replace("ADDRESS", str(address))))
     if not desired.targets:
@@ -93,6 +97,32 @@ def check(desired: Desired, inv: Inventory, catalog: Catalog = DEFAULT) -> list[
             continue
         problems += _check_gpu(desired, target, gpu, catalog)
     return problems
+
+
+def capability(desired: Desired, inv: Inventory, catalog: Catalog = DEFAULT) -> Verdict | None:
+    """The capability matrix's verdict on the profile's SR-IOV mode on this host (vgpu/capability.py);
+    None when it does not apply (passthrough, no GPU selected, gim not loaded: check refuses those)."""
+    gim = inv.facts.modules.get("gim")
+    if desired.mode is not Mode.SRIOV or not desired.targets or gim is None or not gim.loaded:
+        return None
+    target = desired.targets[0]  # a profile gives every GPU it selects the same mode
+    compute, memory = effective_partitions(desired.model, target, catalog)
+    facts = inv.facts
+    return assess(desired.model, target.vf_num, compute, memory,
+                  HostView(gim.version, facts.os_id, facts.os_version, facts.kernel_release))
+
+
+def effective_partitions(model_name: str, target: Target, catalog: Catalog = DEFAULT) -> tuple[str | None, str | None]:
+    """The compute and memory partition GIM will use for ``target``: the profile's, else GIM's default for
+    the VF count (NPS1, or NPS2 on MI350-series multi-VF: GpuModel.gim_default_memory)."""
+    model = catalog.by_name(model_name)
+    compute = target.compute or COMPUTE_FOR_VF_NUM.get(target.vf_num)
+    memory = target.memory or (model.gim_default_memory(target.vf_num).value if model and target.vf_num else None)
+    return compute, memory
+
+
+def _matrix_subject(desired: Desired, verdict: Verdict) -> str:
+    return f"host ({verdict.host.os_label()}, GIM {verdict.host.gim or '?'})" if verdict.host else "host"
 
 
 def _bystanders(desired: Desired, inv: Inventory, catalog: Catalog) -> list[Problem]:
@@ -186,7 +216,10 @@ def make_plan(desired: Desired, inv: Inventory, files: Mapping[str, str | None],
         _passthrough_steps(desired, inv, files, holders)
     steps += list(vm_steps)
     steps += _persistence_steps(desired, files)
-    return Plan(profile=desired.profile, host=inv.source, steps=tuple(steps), warnings=desired.warnings, vms=vms)
+    verdict = capability(desired, inv, catalog)
+    warnings = desired.warnings + (verdict.warnings if verdict else ())
+    return Plan(profile=desired.profile, host=inv.source, steps=tuple(steps), warnings=warnings, vms=vms,
+                matrix=verdict.to_dict() if verdict else None)
 
 
 def _gim_pfs(inv: Inventory, desired: Desired) -> list[Gpu]:
@@ -203,7 +236,7 @@ def gim_config_text(pfs: Sequence[Gpu], desired: Desired) -> str:
     """
     by_addr = {t.address: t for t in desired.targets}
     vf = [str(by_addr[g.address].vf_num if g.address in by_addr else max(g.num_vfs or 0, 1)) for g in pfs]
-    memory = next((t.memory for t in desired.targets if t.memory), None) or "NPS1"
+    memory = next((effective_partitions(desired.model, t)[1] for t in desired.targets), None) or "NPS1"
     return f"vf_num={','.join(vf)}\nmemory_partition_mode={MemoryPartition(memory).gim_number}\n"
 
 

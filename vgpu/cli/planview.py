@@ -10,6 +10,9 @@ def show_plan(plan: Plan, warnings: list[str]) -> None:
     out = console()
     for w in (*plan.warnings, *warnings):
         out.print(f"[yellow]warning:[/] {safe(w)}")
+    line = matrix_line(plan.matrix)
+    if line:
+        out.print(f"[bold]capability matrix[/]: {safe(line)}")
     if plan.in_sync:
         out.print(f"[green]in sync[/]: {safe(plan.host)} already matches profile {safe(plan.profile)};"
                   " nothing to do")
@@ -34,6 +37,22 @@ def show_plan(plan: Plan, warnings: list[str]) -> None:
     how = {"apply": f" Apply with `vgpu provision --profile {safe(plan.profile)}`.",
            "release": " Apply with `vgpu release`."}.get(plan.action, "")
     out.print(f"{len(plan.steps)} step(s), {verdict}.{how}")
+
+
+def matrix_line(matrix: dict | None) -> str | None:
+    """One line naming the capability-matrix row the plan was checked against (docs/hardware.md §9)."""
+    if not matrix:
+        return None
+    host = matrix.get("host") or {}
+    seen = f"host: GIM {host.get('gim') or '?'}, {host.get('os') or '?'} {host.get('version') or '?'}, " \
+           f"kernel {host.get('kernel') or '?'}"
+    row = matrix.get("row")
+    if row is None:
+        return f"no row applies ({matrix['level']}); {seen}"
+    where = row["host"]
+    on = "any host OS" if where is None else f"{where['os']} {where['version']}" + (
+        f" (kernel {where['kernel']})" if where.get("kernel") else "")
+    return f"row GIM {row['gim']} / {on} / {row['gpu']}, level {matrix['level']} ({row['source']}); {seen}"
 
 
 def _show_pending(out, pending) -> None:

@@ -256,6 +256,9 @@ class Plan:
     # what must happen outside vgpu before the rest can be applied (an ESXi host that activates
     # passthrough only at its next reboot); the host is not in sync while any is left
     pending: tuple[str, ...] = ()
+    # the capability-matrix row the plan was checked against (vgpu/capability.py Verdict.to_dict): level,
+    # row, and what the host said (GIM, OS, kernel); None where it does not apply (passthrough, ESXi)
+    matrix: dict | None = None
 
     @property
     def in_sync(self) -> bool:
@@ -277,7 +280,8 @@ class Plan:
                 "in_sync": self.in_sync,
                 "disruptive": self.disruptive, "warnings": list(self.warnings),
                 "steps": [s.to_dict() for s in self.steps], "pending": list(self.pending),
-                "vms": None if self.vms is None else {vm: [str(a) for a in fns] for vm, fns in self.vms}}
+                "vms": None if self.vms is None else {vm: [str(a) for a in fns] for vm, fns in self.vms},
+                "matrix": self.matrix}
 
 
 def step_from_dict(data: dict) -> Step:

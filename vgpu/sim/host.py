@@ -59,7 +59,7 @@ class SimHost:
             _claim(staging)
             _write_etc(staging / ROOT_NAME, spec)
             ctx = Ctx(state)
-            ctx.log("Linux version 6.8.0-sim (vgpu simulated host) #1 SMP PREEMPT_DYNAMIC")
+            ctx.log(f"Linux version {spec.state.kernel_release} (vgpu simulated host) #1 SMP PREEMPT_DYNAMIC")
             ctx.log(f"Command line: {state.cmdline}")
             _boot(ctx, staging / ROOT_NAME, spec)
             _check_ours(state_dir)
@@ -296,6 +296,19 @@ def _write_etc(root: Path, spec: MachineSpec) -> None:
         write_atomic(conf / name, text if text.endswith("\n") else text + "\n")
     if spec.state.gim_config is not None:
         write_atomic(root / "etc" / "gim_config", spec.state.gim_config)
+    write_atomic(root / "etc" / "os-release", os_release_text(spec))
+
+
+def os_release_text(spec: MachineSpec) -> str:
+    """/etc/os-release as os-release(5) writes it, from the spec's state.os_release."""
+    osr = spec.state.os_release
+    pretty = osr.pretty_name or f"{_OS_NAMES.get(osr.id, osr.id)} {osr.version_id}"
+    return (f'PRETTY_NAME="{pretty}"\nNAME="{_OS_NAMES.get(osr.id, osr.id)}"\nVERSION_ID="{osr.version_id}"\n'
+            f"ID={osr.id}\n")
+
+
+_OS_NAMES = {"ubuntu": "Ubuntu", "rhel": "Red Hat Enterprise Linux", "debian": "Debian GNU/Linux",
+             "rocky": "Rocky Linux"}
 
 
 def _boot(ctx: Ctx, root: Path, spec: MachineSpec) -> None:

@@ -156,8 +156,20 @@ class FunctionSpec(_Strict):
         return self
 
 
+class OsRelease(_Strict):
+    """The host's /etc/os-release ID and VERSION_ID, which AMD's GIM support tables are keyed by."""
+
+    id: str = Field("ubuntu", pattern=r"^[a-z0-9._-]{1,32}$")  # os-release(5): lower-case, no spaces
+    version_id: str = Field("22.04", pattern=r"^[A-Za-z0-9._~-]{1,32}$")
+    pretty_name: str | None = Field(None, max_length=64, pattern=r"^[ -~]+$")
+
+
 class StateSpec(_Strict):
     iommu: bool = True
+    # the host OS and kernel (`uname -r`): the capability matrix's keys (docs/hardware.md §9). The
+    # defaults are the default machine's: Ubuntu 22.04 with its GA kernel, as in GIM's README table
+    os_release: OsRelease = Field(default_factory=OsRelease)
+    kernel_release: str = Field("6.8.0-79-generic", pattern=r"^[0-9][A-Za-z0-9._+~-]{0,63}$")
     cmdline: str = Field("BOOT_IMAGE=/boot/vmlinuz root=/dev/sda2 ro iommu=pt modprobe.blacklist=amdgpu",
                          max_length=2048, pattern=r"^[^\n\x00]*$")  # COMMAND_LINE_SIZE on x86
     cpu_vendor: Literal["AuthenticAMD", "GenuineIntel"] = "AuthenticAMD"
