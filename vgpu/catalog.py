@@ -208,8 +208,8 @@ def _combos_mi350() -> tuple[PartitionCombo, ...]:
     C, M = ComputePartition, MemoryPartition
     return (
         PartitionCombo(1, C.SPX, M.NPS1, _S.SUPPORTED, min_gim="8.5"),
-        PartitionCombo(2, C.DPX, M.NPS2, _S.SUPPORTED, min_gim="9.1", note="needs AMD's multi-VF firmware"),
-        PartitionCombo(8, C.CPX, M.NPS2, _S.SUPPORTED, min_gim="9.1", note="needs AMD's multi-VF firmware"),
+        PartitionCombo(2, C.DPX, M.NPS2, _S.PREVIEW, min_gim="9.1", note="needs AMD's multi-VF firmware (\"*\")"),
+        PartitionCombo(8, C.CPX, M.NPS2, _S.PREVIEW, min_gim="9.1", note="needs AMD's multi-VF firmware (\"*\")"),
     )
 
 

@@ -149,7 +149,7 @@ def test_an_unreadable_host_os_is_checked_against_every_row_and_says_so():
 
 
 def test_the_doc_table_is_the_generated_one():
-    text = (REPO / "docs/hardware.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "hardware.md").read_text(encoding="utf-8")  # §9
     found = re.search(re.escape(matrix.TABLE_BEGIN) + r".*?" + re.escape(matrix.TABLE_END), text, re.S)
     assert found, "docs/hardware.md §9 has no generated matrix table"
     assert found.group(0) == matrix.markdown_table(), "regenerate it: python -m vgpu.matrix"
