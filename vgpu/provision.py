@@ -81,6 +81,7 @@ def plan_profile(target: HostTarget, profile) -> PlanResult:
     steps, taken = attach_steps(planned, view.domains, profile.vms.numa_policy.value, warnings)
     plan = make_plan(desired, inv, current_files(target), holders, vm_steps=steps, vm_problems=vm_problems + taken,
                      vms=planned.vms)
+    plan = add_gpu_clients(target, plan)
     if planned.vms is None and not vm_problems:
         warnings.append("which VM gets which VF is known only once gim has created the VFs (the PFs do not "
                         "report their SR-IOV offset and stride)")
@@ -245,7 +246,11 @@ def _with_current_holders(step, inv: Inventory, holders) -> object:
     if d is None:
         return step
     functions = undo_touches(step, inv)
-    return replace(step, disruption=disruption_for(functions, holders, host_wide=d.host_wide) if functions else d)
+    if not functions:
+        return step
+    # the GPU-client services stay as journaled: the undo stops and restarts the same ones
+    return replace(step, disruption=replace(disruption_for(functions, holders, host_wide=d.host_wide),
+                                            units=d.units, clients=d.clients))
 
 
 def check_holders(plan: Plan, force: bool,
@@ -316,8 +321,17 @@ def release_plan(target: HostTarget, warnings: list[str]) -> Plan:
     view = vm_view(target, inv, warnings)
     holders = function_holders(target.paths, inv, view.holders)
     gpu_functions = [fn.address for g in inv.gpus for fn in (g, *g.vfs)]
-    return make_release_plan(inv, current_files(target), holders,
-                             vm_steps=detach_steps(view.domains, gpu_functions))
+    return add_gpu_clients(target, make_release_plan(inv, current_files(target), holders,
+                                                     vm_steps=detach_steps(view.domains, gpu_functions)))
+
+
+def add_gpu_clients(target: HostTarget, plan: Plan) -> Plan:
+    """``plan`` with the GPU clients (exporters, agents, monitors) each of its steps disrupts (vgpu/gpu_clients.py)."""
+    from vgpu.gpu_clients import with_gpu_clients
+    from vgpu.host.holders import clients_for, gpu_clients
+
+    return with_gpu_clients(plan, gpu_clients(target.paths),
+                            lambda clients, functions, wide: clients_for(clients, target.paths, functions, wide))
 
 
 def _context(target: HostTarget, kernel, vf_timeout: float) -> Context:

@@ -52,6 +52,10 @@ SPECS = {
                                "os_release.codename"),
     "kernel-release-newline": (spec('  kernel_release: "6.14.0\\n../x"\n'), "kernel_release"),
     "kernel-release-too-long": (spec(f'  kernel_release: "6.{"1" * 80}"\n'), "kernel_release"),
+    "gpu-client-device-escape": (spec('  gpu_clients: [{comm: x, device: "/dev/../etc/passwd"}]\n'), "gpu_clients"),
+    "gpu-client-unit-slash": (spec('  gpu_clients: [{comm: x, device: /dev/kfd, unit: "../x.service"}]\n'),
+                              "gpu_clients"),
+    "gpu-client-comm-too-long": (spec(f'  gpu_clients: [{{comm: {"c" * 16}, device: /dev/kfd}}]\n'), "gpu_clients"),
     "billion-laughs": (b"version: v1\nname: &a lol\n" + b"".join(
         b"l%d: &l%d [*%s, *%s, *%s, *%s, *%s, *%s, *%s, *%s]\n" % ((i, i) + ((b"a" if i == 0 else b"l%d" % (i - 1)),) * 8)
         for i in range(12)), "aliases"),

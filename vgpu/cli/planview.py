@@ -84,6 +84,10 @@ def _show_disruptions(out, plan: Plan) -> None:
             out.print(f"  - VM {safe(vm)} (loses its device)")
         for proc in d.processes:
             out.print(f"  - {safe(proc)} (holds /dev/vfio)")
+        for unit in d.units:
+            out.print(f"  - service {safe(unit)} (a GPU client: stopped before the step, started and verified after)")
+        for client in d.clients:
+            out.print(f"  - {safe(client)} (a GPU client outside any service: provision refuses without --force)")
 
 
 def _disrupts(step) -> str:
@@ -101,6 +105,10 @@ def _disrupts(step) -> str:
         parts.append("VMs: " + ", ".join(d.vms))
     if d.processes:
         parts.append("processes: " + ", ".join(d.processes))
+    if d.units:
+        parts.append("services stopped and restarted: " + ", ".join(d.units))
+    if d.clients:
+        parts.append("GPU clients: " + ", ".join(d.clients))
     return "; ".join(parts)
 
 

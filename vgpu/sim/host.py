@@ -339,3 +339,6 @@ def _boot(ctx: Ctx, root: Path, spec: MachineSpec) -> None:
             pcicore.write_sriov_numvfs(ctx, state.functions[address], str(count))
         except HostError as exc:
             raise InputError(f"machine spec {spec.name}: {address} initial_vfs: {exc.message}") from None
+    from vgpu.sim.services import add_client
+    for client in spec.state.gpu_clients:  # GPU clients start after the drivers, as their services do
+        add_client(ctx, client.comm, client.device, client.unit or "")

@@ -164,6 +164,14 @@ class OsRelease(_Strict):
     pretty_name: str | None = Field(None, max_length=64, pattern=r"^[ -~]+$")
 
 
+class GpuClientSpec(_Strict):
+    """A process holding a GPU device node at boot (AMD's metrics exporter, gpuagent, an amd-smi monitor)."""
+
+    comm: str = Field(pattern=r"^[A-Za-z0-9._-]{1,15}$")  # /proc/PID/comm: at most 15 characters
+    device: str = Field(pattern=r"^/dev/(kfd|gim-smi[0-9]{1,3}|dri/(card|renderD)[0-9]{1,4})$")
+    unit: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}\.service$")  # None: no service
+
+
 class StateSpec(_Strict):
     iommu: bool = True
     # the host OS and kernel (`uname -r`): the capability matrix's keys (docs/hardware.md §9). The
@@ -179,6 +187,7 @@ class StateSpec(_Strict):
     hugepages: dict[int, Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: {2048: 0, 1048576: 0})
     modprobe_d: dict[str, str] = Field(default_factory=dict)
     gim_config: str | None = None
+    gpu_clients: tuple[GpuClientSpec, ...] = Field((), max_length=64)
 
     @field_validator("modules", mode="before")
     @classmethod

@@ -321,7 +321,9 @@ class Tree:
         for pid, holder in state.holders.items():
             self._at(proc / pid / "fd").mkdir(parents=True, exist_ok=True)
             self._write(proc / pid / "comm", holder.comm + "\n")
-            self._link(proc / pid / "fd" / "3", f"/dev/vfio/{holder.group}")
+            self._link(proc / pid / "fd" / "3", holder.device or f"/dev/vfio/{holder.group}")
+            cgroup = f"/system.slice/{holder.unit}" if holder.unit else "/user.slice/user-0.slice/session-1.scope"
+            self._write(proc / pid / "cgroup", f"0::{cgroup}\n")
 
     def _dev(self, state: SimState) -> None:
         vfio = self.root / "dev/vfio"
