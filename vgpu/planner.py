@@ -9,7 +9,7 @@ host already in sync plans zero steps.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from vgpu.capability import HostView, Verdict, assess
 from vgpu.catalog import DEFAULT, Catalog, ComputePartition, Hypervisor, MemoryPartition, Mode, Support
@@ -49,6 +49,8 @@ class Desired:
     unit: str  # the boot unit's text
     warnings: tuple[str, ...] = ()
     hypervisor: Hypervisor = Hypervisor.KVM
+    # each PF's VBIOS/IFWI name from the host amd-smi (vgpu/host/amdsmi.py); empty when it could not be read
+    firmware: Mapping[PciAddress, str] = field(default_factory=dict)
 
 
 class Refusal(RefusedError):
@@ -177,7 +179,7 @@ def _check_gpu(desired: Desired, target: Target, gpu: Gpu, catalog: Catalog) -> 
                             "/etc/modules-load.d), or keep this GPU out of gim with gim's enabled_devices module "
                             "parameter (/etc/modprobe.d)")]
         return []
-    problems = []
+    problems = _single_vf_firmware(subject, target, desired.firmware.get(gpu.address))
     if target.vf_num not in model.gim_vf_counts:
         allowed = ", ".join(str(n) for n in sorted(model.gim_vf_counts)) or "none"
         problems.append(Problem(subject, f"{target.vf_num} VFs per GPU is not allowed (GIM accepts {allowed})"))
@@ -201,6 +203,15 @@ def _check_gpu(desired: Desired, target: Target, gpu: Gpu, catalog: Catalog) -> 
         problems.append(Problem(subject, f"bound to {gpu.driver}, but SR-IOV needs gim on the PF",
                                 "blacklist amdgpu (modprobe.blacklist=amdgpu), reboot, and plan again"))
     return problems
+
+
+def _single_vf_firmware(subject: str, target: Target, firmware: str | None) -> list[Problem]:
+    """A VBIOS/IFWI named ..._1VF is a 1-VF build (docs/hardware.md §9): GIM would refuse more VFs at load."""
+    if target.vf_num <= 1 or not firmware or not firmware.strip().upper().endswith("_1VF"):
+        return []
+    return [Problem(subject, f"its firmware {firmware!r} (amd-smi static --ifwi) is a 1-VF build, so GIM would "
+                    f"refuse {target.vf_num} VFs at load",
+                    "flash AMD's multi-VF firmware bundle on this GPU, or use a 1-VF profile")]
 
 
 def make_plan(desired: Desired, inv: Inventory, files: Mapping[str, str | None], holders: Holders,

@@ -73,6 +73,8 @@ def plan_profile(target: HostTarget, profile) -> PlanResult:
     if target.local_processes and not target.read_only and os.geteuid() != 0:
         warnings.append("not running as root: other users' processes holding VFIO devices could not be checked")
     desired = desired_state(profile, inv)
+    if desired.mode is Mode.SRIOV:
+        desired = replace(desired, firmware=_amdsmi_firmware(target, inv, desired, warnings))
     vm_problems: list[Problem] = []
     try:
         planned = planned_vms(profile, desired, inv)
@@ -89,6 +91,27 @@ def plan_profile(target: HostTarget, profile) -> PlanResult:
     if target.paths.etc is None:
         warnings.append(f"{target.paths.label} has no etc/ beside it: its config files read as absent")
     return PlanResult(plan, inv, desired, holders, warnings)
+
+
+def _amdsmi_firmware(target: HostTarget, inv: Inventory, desired: Desired, warnings: list[str]) -> dict:
+    """Each gim PF's firmware name from the host amd-smi, a second source of truth beside sysfs: a PF one of
+    them sees and the other does not is a warning; where amd-smi cannot be asked, a multi-VF plan says that
+    the firmware (1-VF or multi-VF build) was not checked."""
+    smi = target.amdsmi()
+    multi = any(t.vf_num > 1 for t in desired.targets)
+    if smi.unavailable is not None:
+        if multi:
+            warnings.append(f"{smi.unavailable}: the GPUs' firmware (a 1-VF or a multi-VF build) was not checked, "
+                            "only their TotalVFs")
+        return {}
+    listed = {g.bdf for g in smi.gpus}
+    gim_pfs = {g.address for g in inv.gpus if g.driver == "gim"}
+    if listed != gim_pfs:
+        only_smi = ", ".join(str(a) for a in sorted(listed - gim_pfs)) or "none"
+        only_sysfs = ", ".join(str(a) for a in sorted(gim_pfs - listed)) or "none"
+        warnings.append(f"amd-smi and sysfs disagree on the GPUs gim drives (only amd-smi: {only_smi}; only "
+                        f"sysfs: {only_sysfs}): check `amd-smi list` and `dmesg | grep gim`")
+    return {address: fw.name for address, fw in smi.firmware.items()}
 
 
 @dataclass

@@ -98,7 +98,13 @@ class SimHost:
         return HostTarget(HostPaths.under(self.root, label=f"simulated {self.machine_name}"),
                           state=self.root / "var" / "lib" / "vgpu", kernel_ops=self.kernel,
                           hypervisor_factory=lambda: SimHypervisor(sim_hypervisor_dir(self.root)),
-                          step_hook=step_hook_from_env(), local_processes=False)
+                          step_hook=step_hook_from_env(), local_processes=False,
+                          amdsmi_runner=lambda: self._amdsmi())
+
+    def _amdsmi(self):
+        """The simulated amd-smi of this host, or None where its machine spec does not install it."""
+        from vgpu.sim.amdsmi import runner
+        return runner(self)
 
     @classmethod
     def open(cls, state_dir: Path) -> "SimHost":

@@ -132,6 +132,8 @@ class FunctionSpec(_Strict):
     link: LinkSpec | None = None
     path: tuple[Address, ...] = ()
     iommu_group_with: Address | None = None
+    # a GPU's VBIOS/IFWI name as the host amd-smi reports it (state.amdsmi); "..._1VF" is a 1-VF build
+    vbios: OneLine | None = None
 
     @field_validator("model")
     @classmethod
@@ -188,6 +190,7 @@ class StateSpec(_Strict):
     modprobe_d: dict[str, str] = Field(default_factory=dict)
     gim_config: str | None = None
     gpu_clients: tuple[GpuClientSpec, ...] = Field((), max_length=64)
+    amdsmi: bool = False  # the GIM build of amd-smi is installed (vgpu.sim.amdsmi answers for it)
 
     @field_validator("modules", mode="before")
     @classmethod
