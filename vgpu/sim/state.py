@@ -154,6 +154,7 @@ class _Record:
     __slots__ = ()
     _FIELDS: tuple[tuple[str, str, Callable, Any], ...] = ()
     _FORBID_EXTRA = False  # unknown keys: refused, or dropped (pydantic's default, which the records had)
+    _SPARSE: frozenset[str] = frozenset()
     __hash__ = None  # type: ignore[assignment]
 
     def __init__(self, **values: Any):
@@ -194,8 +195,14 @@ class _Record:
         return record
 
     def to_json(self) -> dict:
-        """The fields by JSON key, in table order; nested records stay records (``save_state`` dumps them)."""
-        return dict(zip(self._KEY_ORDER, self._values(self)))
+        """The fields by JSON key, in table order; nested records stay records (``save_state`` dumps them).
+        Fields named in ``_SPARSE`` (added after states were saved) are written only when not their default,
+        so a state that does not use them saves byte for byte as before."""
+        data = dict(zip(self._KEY_ORDER, self._values(self)))
+        for name, key, _check, default in self._FIELDS:
+            if name in self._SPARSE and data[key] == (default() if isinstance(default, type) else default):
+                del data[key]
+        return data
 
     def __init_subclass__(cls) -> None:
         cls._KEY_ORDER = tuple(key for _name, key, _check, _default in cls._FIELDS)
@@ -262,6 +269,7 @@ class Holder(_Record):
     /dev/gim-smi0 (``device``, group -1), optionally as part of a systemd service (``unit``)."""
 
     __slots__, _FIELDS = _fields(pid=_int, comm=_str, group=_int, device=(_str, ""), unit=(_str, ""))
+    _SPARSE = frozenset({"device", "unit"})  # GPU clients (issue 24); a VFIO holder has neither
 
 
 class GimSaved(_Record):
@@ -300,6 +308,7 @@ class SimState(_Record):
         faults=(_list(Fault.from_json), list),
     )
     _FORBID_EXTRA = True
+    _SPARSE = frozenset({"stopped_units"})
 
     @classmethod
     def from_json(cls, data: Any) -> SimState:
