@@ -149,6 +149,14 @@ class GpuModel:
         """The first listed (preferred) combination for ``vf_num``."""
         return next((c for c in self.combos if c.vf_num == vf_num), None)
 
+    def gim_default_memory(self, vf_num: int) -> MemoryPartition:
+        """The memory partition GIM takes for ``vf_num`` when none is configured: NPS1 where that is valid
+        (GIM's fallback, docs/hardware.md §3), else the model's listed mode (MI350-series multi-VF: NPS2)."""
+        compute = ComputePartition({1: "SPX", 2: "DPX", 4: "QPX", 8: "CPX"}.get(vf_num, "SPX"))
+        if self.combo(vf_num, compute, MemoryPartition.NPS1) is not None or self.default_combo(vf_num) is None:
+            return MemoryPartition.NPS1
+        return self.default_combo(vf_num).memory
+
     def mode_support(self, mode: Mode, hypervisor: Hypervisor) -> ModeSupport:
         return self.modes.get((mode, hypervisor), ModeSupport(Support.UNSUPPORTED, "not known to work"))
 
@@ -195,13 +203,13 @@ _MI350_MODES = {
 
 
 def _combos_mi350() -> tuple[PartitionCombo, ...]:
-    # GIM release notes: MI350X/MI355X 1 VF in GIM 8.5, 2 and 8 VFs from GIM 9.1. Which memory
-    # modes go with 2/8 VFs is not published: NPS1 is GIM's fallback, so it is the only one listed.
+    # GIM release notes: MI350X/MI355X 1 VF from GIM 8.5; from 9.1.0.K also 2 VFs (DPX, NPS2) and 8 VFs
+    # (CPX, NPS2), both "*" (multi-VF firmware). docs/hardware.md §9 (vgpu/data/gim-matrix.json).
     C, M = ComputePartition, MemoryPartition
     return (
         PartitionCombo(1, C.SPX, M.NPS1, _S.SUPPORTED, min_gim="8.5"),
-        PartitionCombo(2, C.DPX, M.NPS1, _S.SUPPORTED, min_gim="9.1", note="memory mode UNVERIFIED"),
-        PartitionCombo(8, C.CPX, M.NPS1, _S.SUPPORTED, min_gim="9.1", note="memory mode UNVERIFIED"),
+        PartitionCombo(2, C.DPX, M.NPS2, _S.PREVIEW, min_gim="9.1", note="needs AMD's multi-VF firmware (\"*\")"),
+        PartitionCombo(8, C.CPX, M.NPS2, _S.PREVIEW, min_gim="9.1", note="needs AMD's multi-VF firmware (\"*\")"),
     )
 
 
@@ -235,6 +243,14 @@ MODELS: tuple[GpuModel, ...] = (
              fp8=Fp8Format.OCP, gim_vf_counts=frozenset({1, 2, 8}), combos=_combos_mi350(),
              compute_partitions=(ComputePartition.SPX, ComputePartition.DPX, ComputePartition.CPX),
              memory_partitions=_MI350_NPS, modes=dict(_MI350_MODES)),
+    # MI350P (PCIe card, gfx950): SR-IOV 1-SPX-NPS1 from GIM 9.4.0.K. Its PCI ids are in no public source
+    # vgpu found (not in GIM's amdgv_marketing_name.c as stored): UNVERIFIED, so none are listed and
+    # discovery cannot recognise it until they are (docs/hardware.md §1).
+    GpuModel("MI350P", "gfx950", (), (), fp8=Fp8Format.OCP, gim_vf_counts=frozenset({1}),
+             combos=(PartitionCombo(1, ComputePartition.SPX, MemoryPartition.NPS1, _S.SUPPORTED, min_gim="9.4"),),
+             compute_partitions=(ComputePartition.SPX,), memory_partitions=(MemoryPartition.NPS1,),
+             modes={(_M.SRIOV, _H.KVM): ModeSupport(_S.SUPPORTED, "1 VF (SPX/NPS1) from GIM 9.4.0.K")},
+             notes=("PCI ids UNVERIFIED: no public source", "CU count, HBM size UNVERIFIED")),
     GpuModel("MI300A", "gfx942", (0x74A0,), compute_units=228, hbm_gb=128, fp8=Fp8Format.FNUZ,
              compute_partitions=(ComputePartition.SPX, ComputePartition.TPX), target=False,
              notes=("APU with unified memory; not a virtualization target",)),

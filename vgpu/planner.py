@@ -9,8 +9,9 @@ host already in sync plans zero steps.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from vgpu.capability import HostView, Verdict, assess
 from vgpu.catalog import DEFAULT, Catalog, ComputePartition, Hypervisor, MemoryPartition, Mode, Support
 from vgpu.errors import RefusedError
 from vgpu.model.inventory import Gpu, Inventory
@@ -48,6 +49,8 @@ class Desired:
     unit: str  # the boot unit's text
     warnings: tuple[str, ...] = ()
     hypervisor: Hypervisor = Hypervisor.KVM
+    # each PF's VBIOS/IFWI name from the host amd-smi (vgpu/host/amdsmi.py); empty when it could not be read
+    firmware: Mapping[PciAddress, str] = field(default_factory=dict)
 
 
 class Refusal(RefusedError):
@@ -82,6 +85,9 @@ def check(desired: Desired, inv: Inventory, catalog: Catalog = DEFAULT) -> list[
     if desired.mode is Mode.SRIOV:
         problems += _vf_num_overrides(inv)
         problems += _bystanders(desired, inv, catalog)
+        verdict = capability(desired, inv, catalog)
+        problems += [Problem(_matrix_subject(desired, verdict), sentence, fix) for sentence, fix in verdict.problems] \
+            if verdict else []
     for address in inv.unidentified:  # its model is unknown: any profile might select it
         problems.append(Problem(str(address), UNREADABLE_IDS, UNREADABLE_FIX.replace("ADDRESS", str(address))))
     if not desired.targets:
@@ -93,6 +99,32 @@ def check(desired: Desired, inv: Inventory, catalog: Catalog = DEFAULT) -> list[
             continue
         problems += _check_gpu(desired, target, gpu, catalog)
     return problems
+
+
+def capability(desired: Desired, inv: Inventory, catalog: Catalog = DEFAULT) -> Verdict | None:
+    """The capability matrix's verdict on the profile's SR-IOV mode on this host (vgpu/capability.py);
+    None when it does not apply (passthrough, no GPU selected, gim not loaded: check refuses those)."""
+    gim = inv.facts.modules.get("gim")
+    if desired.mode is not Mode.SRIOV or not desired.targets or gim is None or not gim.loaded:
+        return None
+    target = desired.targets[0]  # a profile gives every GPU it selects the same mode
+    compute, memory = effective_partitions(desired.model, target, catalog)
+    facts = inv.facts
+    return assess(desired.model, target.vf_num, compute, memory,
+                  HostView(gim.version, facts.os_id, facts.os_version, facts.kernel_release))
+
+
+def effective_partitions(model_name: str, target: Target, catalog: Catalog = DEFAULT) -> tuple[str | None, str | None]:
+    """The compute and memory partition GIM will use for ``target``: the profile's, else GIM's default for
+    the VF count (NPS1, or NPS2 on MI350-series multi-VF: GpuModel.gim_default_memory)."""
+    model = catalog.by_name(model_name)
+    compute = target.compute or COMPUTE_FOR_VF_NUM.get(target.vf_num)
+    memory = target.memory or (model.gim_default_memory(target.vf_num).value if model and target.vf_num else None)
+    return compute, memory
+
+
+def _matrix_subject(desired: Desired, verdict: Verdict) -> str:
+    return f"host ({verdict.host.os_label()}, GIM {verdict.host.gim or '?'})" if verdict.host else "host"
 
 
 def _bystanders(desired: Desired, inv: Inventory, catalog: Catalog) -> list[Problem]:
@@ -147,7 +179,7 @@ def _check_gpu(desired: Desired, target: Target, gpu: Gpu, catalog: Catalog) -> 
                             "/etc/modules-load.d), or keep this GPU out of gim with gim's enabled_devices module "
                             "parameter (/etc/modprobe.d)")]
         return []
-    problems = []
+    problems = _single_vf_firmware(subject, target, desired.firmware.get(gpu.address))
     if target.vf_num not in model.gim_vf_counts:
         allowed = ", ".join(str(n) for n in sorted(model.gim_vf_counts)) or "none"
         problems.append(Problem(subject, f"{target.vf_num} VFs per GPU is not allowed (GIM accepts {allowed})"))
@@ -173,6 +205,15 @@ def _check_gpu(desired: Desired, target: Target, gpu: Gpu, catalog: Catalog) -> 
     return problems
 
 
+def _single_vf_firmware(subject: str, target: Target, firmware: str | None) -> list[Problem]:
+    """A VBIOS/IFWI named ..._1VF is a 1-VF build (docs/hardware.md §9): GIM would refuse more VFs at load."""
+    if target.vf_num <= 1 or not firmware or not firmware.strip().upper().endswith("_1VF"):
+        return []
+    return [Problem(subject, f"its firmware {firmware!r} (amd-smi static --ifwi) is a 1-VF build, so GIM would "
+                    f"refuse {target.vf_num} VFs at load",
+                    "flash AMD's multi-VF firmware bundle on this GPU, or use a 1-VF profile")]
+
+
 def make_plan(desired: Desired, inv: Inventory, files: Mapping[str, str | None], holders: Holders,
               catalog: Catalog = DEFAULT, *, vm_steps: Sequence = (), vm_problems: Sequence[Problem] = (),
               vms=(), vms_settled: bool = False) -> Plan:
@@ -188,7 +229,10 @@ def make_plan(desired: Desired, inv: Inventory, files: Mapping[str, str | None],
         _passthrough_steps(desired, inv, files, holders)
     steps += list(vm_steps)
     steps += _persistence_steps(desired, files, vms_settled and not vm_steps)
-    return Plan(profile=desired.profile, host=inv.source, steps=tuple(steps), warnings=desired.warnings, vms=vms)
+    verdict = capability(desired, inv, catalog)
+    warnings = desired.warnings + (verdict.warnings if verdict else ())
+    return Plan(profile=desired.profile, host=inv.source, steps=tuple(steps), warnings=warnings, vms=vms,
+                matrix=verdict.to_dict() if verdict else None)
 
 
 def _gim_pfs(inv: Inventory, desired: Desired) -> list[Gpu]:
@@ -205,7 +249,7 @@ def gim_config_text(pfs: Sequence[Gpu], desired: Desired) -> str:
     """
     by_addr = {t.address: t for t in desired.targets}
     vf = [str(by_addr[g.address].vf_num if g.address in by_addr else max(g.num_vfs or 0, 1)) for g in pfs]
-    memory = next((t.memory for t in desired.targets if t.memory), None) or "NPS1"
+    memory = next((effective_partitions(desired.model, t)[1] for t in desired.targets), None) or "NPS1"
     return f"vf_num={','.join(vf)}\nmemory_partition_mode={MemoryPartition(memory).gim_number}\n"
 
 

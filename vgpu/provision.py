@@ -73,6 +73,8 @@ def plan_profile(target: HostTarget, profile) -> PlanResult:
     if target.local_processes and not target.read_only and os.geteuid() != 0:
         warnings.append("not running as root: other users' processes holding VFIO devices could not be checked")
     desired = desired_state(profile, inv)
+    if desired.mode is Mode.SRIOV:
+        desired = replace(desired, firmware=_amdsmi_firmware(target, inv, desired, warnings))
     vm_problems: list[Problem] = []
     try:
         planned = planned_vms(profile, desired, inv)
@@ -83,6 +85,7 @@ def plan_profile(target: HostTarget, profile) -> PlanResult:
     plan = make_plan(desired, inv, current_files(target), holders, vm_steps=steps, vm_problems=vm_problems + taken,
                      vms=planned.vms, vms_settled=settled)
     plan = replace(plan, pending=waiting)  # running VMs that lack their functions: not in sync until shut down
+    plan = add_gpu_clients(target, plan)
     if planned.vms is None and not vm_problems:
         warnings.append("which VM gets which VF is known only once gim has created the VFs (the PFs do not "
                         "report their SR-IOV offset and stride)")
@@ -90,6 +93,27 @@ def plan_profile(target: HostTarget, profile) -> PlanResult:
     if target.paths.etc is None:
         warnings.append(f"{target.paths.label} has no etc/ beside it: its config files read as absent")
     return PlanResult(plan, inv, desired, holders, warnings)
+
+
+def _amdsmi_firmware(target: HostTarget, inv: Inventory, desired: Desired, warnings: list[str]) -> dict:
+    """Each gim PF's firmware name from the host amd-smi, a second source of truth beside sysfs: a PF one of
+    them sees and the other does not is a warning; where amd-smi cannot be asked, a multi-VF plan says that
+    the firmware (1-VF or multi-VF build) was not checked."""
+    smi = target.amdsmi()
+    multi = any(t.vf_num > 1 for t in desired.targets)
+    if smi.unavailable is not None:
+        if multi:
+            warnings.append(f"{smi.unavailable}: the GPUs' firmware (a 1-VF or a multi-VF build) was not checked, "
+                            "only their TotalVFs")
+        return {}
+    listed = {g.bdf for g in smi.gpus}
+    gim_pfs = {g.address for g in inv.gpus if g.driver == "gim"}
+    if listed != gim_pfs:
+        only_smi = ", ".join(str(a) for a in sorted(listed - gim_pfs)) or "none"
+        only_sysfs = ", ".join(str(a) for a in sorted(gim_pfs - listed)) or "none"
+        warnings.append(f"amd-smi and sysfs disagree on the GPUs gim drives (only amd-smi: {only_smi}; only "
+                        f"sysfs: {only_sysfs}): check `amd-smi list` and `dmesg | grep gim`")
+    return {address: fw.name for address, fw in smi.firmware.items()}
 
 
 @dataclass
@@ -248,7 +272,11 @@ def _with_current_holders(step, inv: Inventory, holders) -> object:
     if d is None:
         return step
     functions = undo_touches(step, inv)
-    return replace(step, disruption=disruption_for(functions, holders, host_wide=d.host_wide) if functions else d)
+    if not functions:
+        return step
+    # the GPU-client services stay as journaled: the undo stops and restarts the same ones
+    return replace(step, disruption=replace(disruption_for(functions, holders, host_wide=d.host_wide),
+                                            units=d.units, clients=d.clients))
 
 
 def check_holders(plan: Plan, force: bool,
@@ -320,8 +348,17 @@ def release_plan(target: HostTarget, warnings: list[str]) -> Plan:
     view = vm_view(target, inv, warnings)
     holders = function_holders(target.paths, inv, view.holders)
     gpu_functions = [fn.address for g in inv.gpus for fn in (g, *g.vfs)]
-    return make_release_plan(inv, current_files(target), holders,
-                             vm_steps=detach_steps(view.domains, gpu_functions))
+    return add_gpu_clients(target, make_release_plan(inv, current_files(target), holders,
+                                                     vm_steps=detach_steps(view.domains, gpu_functions)))
+
+
+def add_gpu_clients(target: HostTarget, plan: Plan) -> Plan:
+    """``plan`` with the GPU clients (exporters, agents, monitors) each of its steps disrupts (vgpu/gpu_clients.py)."""
+    from vgpu.gpu_clients import with_gpu_clients
+    from vgpu.host.holders import clients_for, gpu_clients
+
+    return with_gpu_clients(plan, gpu_clients(target.paths),
+                            lambda clients, functions, wide: clients_for(clients, target.paths, functions, wide))
 
 
 def _context(target: HostTarget, kernel, vf_timeout: float) -> Context:

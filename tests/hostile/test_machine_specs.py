@@ -45,6 +45,17 @@ SPECS = {
     "modprobe-d-file-name": (spec("  modprobe_d: {'../../decoy.conf': 'x'}\n"), "modprobe.d file name"),
     "total-vfs-zero-on-gim": (spec("  modules: {gim: {}}\n", '  - {address: "0000:85:00.0", kind: gpu, '
                                    'model: MI300X, sriov: {total_vfs: 0}}\n'), "gim drives this GPU"),
+    # issue 24: the host OS and kernel the capability matrix is keyed by land in files and messages
+    "os-release-id-newline": (spec('  os_release: {id: "ubuntu\\nID=evil", version_id: "24.04"}\n'), "os_release.id"),
+    "os-release-version-space": (spec('  os_release: {id: ubuntu, version_id: "24.04 LTS"}\n'), "os_release.version_id"),
+    "os-release-unknown-key": (spec('  os_release: {id: ubuntu, version_id: "24.04", codename: noble}\n'),
+                               "os_release.codename"),
+    "kernel-release-newline": (spec('  kernel_release: "6.14.0\\n../x"\n'), "kernel_release"),
+    "kernel-release-too-long": (spec(f'  kernel_release: "6.{"1" * 80}"\n'), "kernel_release"),
+    "gpu-client-device-escape": (spec('  gpu_clients: [{comm: x, device: "/dev/../etc/passwd"}]\n'), "gpu_clients"),
+    "gpu-client-unit-slash": (spec('  gpu_clients: [{comm: x, device: /dev/kfd, unit: "../x.service"}]\n'),
+                              "gpu_clients"),
+    "gpu-client-comm-too-long": (spec(f'  gpu_clients: [{{comm: {"c" * 16}, device: /dev/kfd}}]\n'), "gpu_clients"),
     "billion-laughs": (b"version: v1\nname: &a lol\n" + b"".join(
         b"l%d: &l%d [*%s, *%s, *%s, *%s, *%s, *%s, *%s, *%s]\n" % ((i, i) + ((b"a" if i == 0 else b"l%d" % (i - 1)),) * 8)
         for i in range(12)), "aliases"),

@@ -47,3 +47,27 @@ def test_host_facts_from_tree(tmp_path):
     assert f.modules["gim"].parameters == {"vf_num": "4"}
     assert f.modules["vfio_pci"].loaded and not f.modules["amdgpu"].loaded
     assert f.blacklisted == ("amdgpu",) and f.dev_vfio_groups == (17,) and f.cpu_vendor == "AuthenticAMD"
+
+
+def test_os_release_and_kernel_release_are_read_for_the_capability_matrix(tmp_path):
+    """docs/hardware.md §9 keys GIM's support tables by /etc/os-release and the kernel release."""
+    write(tmp_path, "sys/bus/pci/.keep", "")
+    write(tmp_path, "etc/os-release", 'PRETTY_NAME="Ubuntu 24.04.3 LTS"\nNAME="Ubuntu"\nVERSION_ID="24.04"\n'
+                                      "ID=ubuntu\nID_LIKE=debian\n")
+    write(tmp_path, "proc/sys/kernel/osrelease", "6.14.0-27-generic\n")
+    f = read_host_facts(HostPaths.under(tmp_path))
+    assert (f.os_id, f.os_version, f.kernel_release) == ("ubuntu", "24.04", "6.14.0-27-generic")
+
+
+def test_rhel_os_release_quoting_and_garbage(tmp_path):
+    write(tmp_path, "sys/bus/pci/.keep", "")
+    write(tmp_path, "etc/os-release", "ID='rhel'\nVERSION_ID=\"9.4\"\nID_LIKE=\"fedora\"\n")
+    write(tmp_path, "proc/sys/kernel/osrelease", "bad value with spaces\x1b[31m\n")
+    f = read_host_facts(HostPaths.under(tmp_path))
+    assert (f.os_id, f.os_version, f.kernel_release) == ("rhel", "9.4", None)
+
+
+def test_no_os_release_and_no_proc_read_as_unknown(tmp_path):
+    write(tmp_path, "sys/bus/pci/.keep", "")
+    f = read_host_facts(HostPaths(tmp_path / "sys"))
+    assert (f.os_id, f.os_version, f.kernel_release) == (None, None, None)

@@ -231,7 +231,7 @@ def test_parent_version_is_checked_too(tmp_path):
 # the shipped profiles --------------------------------------------------------------------------------
 
 SHIPPED = ["mi300x-1vf", "mi300x-4vf", "mi300x-8vf", "mi300x-esxi-passthrough", "mi300x-passthrough",
-           "mi325x-1vf", "mi355x-1vf", "mi355x-passthrough"]
+           "mi325x-1vf", "mi350p-1vf", "mi350x-8vf", "mi355x-1vf", "mi355x-2vf", "mi355x-8vf", "mi355x-passthrough"]
 
 
 def test_the_issue_lists_exactly_the_shipped_profiles():
@@ -247,6 +247,11 @@ def test_the_issue_lists_exactly_the_shipped_profiles():
     ("mi300x-esxi-passthrough", "MI300X", "passthrough", None, None, "esxi", "supported"),
     ("mi325x-1vf", "MI325X", "sriov", 1, "SPX/NPS1", "kvm", "supported"),
     ("mi355x-1vf", "MI355X", "sriov", 1, "SPX/NPS1", "kvm", "supported"),
+    # issue 24: what AMD ships now (GIM 9.1.0.K+: "2*-DPX-NPS2", "8*-CPX-NPS2"; 9.4.0.K: MI350P 1-SPX-NPS1)
+    ("mi355x-2vf", "MI355X", "sriov", 2, "DPX/NPS2", "kvm", "preview"),
+    ("mi355x-8vf", "MI355X", "sriov", 8, "CPX/NPS2", "kvm", "preview"),
+    ("mi350x-8vf", "MI350X", "sriov", 8, "CPX/NPS2", "kvm", "preview"),
+    ("mi350p-1vf", "MI350P", "sriov", 1, "SPX/NPS1", "kvm", "supported"),
     ("mi355x-passthrough", "MI355X", "passthrough", None, None, "kvm", "supported"),
 ])
 def test_shipped_profile_says_what_the_issue_asks(name, model, mode, vfs, parts, hyp, support):

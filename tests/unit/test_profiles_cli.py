@@ -28,7 +28,7 @@ def test_list_shows_every_shipped_profile_with_its_support_level():
     assert rows["mi300x-4vf"] == ["MI300X", "sriov", "4", "QPX/NPS1", "kvm", "unvalidated"]
     assert rows["mi300x-8vf"] == ["MI300X", "sriov", "8", "CPX/NPS4", "kvm", "preview"]
     assert rows["mi300x-esxi-passthrough"] == ["MI300X", "passthrough", "-", "-", "esxi", "supported"]
-    assert len(rows) == 8
+    assert len(rows) == 12
 
 
 def test_list_json_carries_support_and_warnings():
@@ -85,7 +85,7 @@ def test_validate_all_shipped_files_exits_0_with_warnings():
     files = sorted(str(p) for p in (REPO / "profiles").glob("*.yaml"))
     result = _run("validate", *files)
     assert result.exit_code == 0
-    assert sum(line.startswith("ok: ") for line in result.output.splitlines()) == 8
+    assert sum(line.startswith("ok: ") for line in result.output.splitlines()) == 12
     assert any(line.startswith("warning: ") and "mi300x-8vf" in line for line in result.output.splitlines())
 
 

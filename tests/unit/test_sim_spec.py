@@ -162,3 +162,21 @@ def test_iommu_group_sharing_follows_chains_and_refuses_cycles(tmp_path):
     cycle = chain.replace('iommu_group_with: "0000:85:00.0"', 'iommu_group_with: "0000:85:00.1"')
     with pytest.raises(InputError, match="cycle"):
         SimHost.create(place(tmp_path), spec_file(tmp_path, cycle))
+
+
+@pytest.mark.parametrize("name, os_id, version, kernel", [
+    ("8xmi300x", "ubuntu", "22.04", "6.8.0-79-generic"), ("8xmi355x", "ubuntu", "24.04", "6.14.0-27-generic")])
+def test_a_machine_has_its_os_release_and_kernel_release(tmp_path, name, os_id, version, kernel):
+    host = SimHost.create(place(tmp_path), name)
+    text = (host.root / "etc/os-release").read_text()
+    assert f"ID={os_id}\n" in text and f'VERSION_ID="{version}"\n' in text
+    assert read(host.root / "proc/sys/kernel/osrelease") == kernel
+    assert f"Linux version {kernel} " in host.dmesg()
+
+
+def test_every_shipped_machine_states_its_os_and_kernel():
+    """Realistic defaults for every shipped machine (docs/sim-machine-spec.md): none relies on the default."""
+    from vgpu.sim.spec import MACHINES_DIR
+    for path in MACHINES_DIR.glob("*.yaml"):
+        text = path.read_text()
+        assert "os_release:" in text and "kernel_release:" in text, path.name

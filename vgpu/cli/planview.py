@@ -11,6 +11,9 @@ def show_plan(plan: Plan, warnings: list[str]) -> None:
     out = console()
     for w in (*plan.warnings, *warnings):
         out.print(f"[yellow]warning:[/] {safe(w)}")
+    line = matrix_line(plan.matrix)
+    if line:
+        out.print(f"[bold]capability matrix[/]: {safe(line)}")
     if plan.in_sync:
         out.print(f"[green]in sync[/]: {safe(plan.host)} already matches profile {safe(plan.profile)};"
                   " nothing to do")
@@ -49,6 +52,22 @@ def profile_command(verb: str, plan: Plan, *extra: str) -> str:
     return next_command(verb, "--profile", params.get("profile_ref") or plan.profile, *extra)
 
 
+def matrix_line(matrix: dict | None) -> str | None:
+    """One line naming the capability-matrix row the plan was checked against (docs/hardware.md §9)."""
+    if not matrix:
+        return None
+    host = matrix.get("host") or {}
+    seen = f"host: GIM {host.get('gim') or '?'}, {host.get('os') or '?'} {host.get('version') or '?'}, " \
+           f"kernel {host.get('kernel') or '?'}"
+    row = matrix.get("row")
+    if row is None:
+        return f"no row applies ({matrix['level']}); {seen}"
+    where = row["host"]
+    on = "any host OS" if where is None else f"{where['os']} {where['version']}" + (
+        f" (kernel {where['kernel']})" if where.get("kernel") else "")
+    return f"row GIM {row['gim']} / {on} / {row['gpu']}, level {matrix['level']} ({row['source']}); {seen}"
+
+
 def _show_pending(out, pending) -> None:
     """What must happen outside vgpu before the host can match the profile (an ESXi reboot)."""
     for line in pending:
@@ -78,6 +97,10 @@ def _show_disruptions(out, plan: Plan) -> None:
             out.print(f"  - VM {safe(vm)} (loses its device)")
         for proc in d.processes:
             out.print(f"  - {safe(proc)} (holds /dev/vfio)")
+        for unit in d.units:
+            out.print(f"  - service {safe(unit)} (a GPU client: stopped before the step, started and verified after)")
+        for client in d.clients:
+            out.print(f"  - {safe(client)} (a GPU client outside any service: provision refuses without --force)")
 
 
 def _disrupts(step) -> str:
@@ -95,6 +118,10 @@ def _disrupts(step) -> str:
         parts.append("VMs: " + ", ".join(d.vms))
     if d.processes:
         parts.append("processes: " + ", ".join(d.processes))
+    if d.units:
+        parts.append("services stopped and restarted: " + ", ".join(d.units))
+    if d.clients:
+        parts.append("GPU clients: " + ", ".join(d.clients))
     return "; ".join(parts)
 
 

@@ -28,7 +28,33 @@ def read_host_facts(paths: HostPaths) -> HostFacts:
         dev_vfio_groups=_vfio_groups(paths.dev) if paths.dev else None,
         modprobe_options=modprobe.options,
         cpu_vendor=_cpu_vendor(paths.proc) if paths.proc else None,
+        **_os_release(paths.etc),
+        kernel_release=_one_line(_read(paths.proc / "sys/kernel/osrelease", kind="proc file")) if paths.proc else None,
     )
+
+
+def _os_release(etc: Path | None) -> dict[str, str | None]:
+    """ID and VERSION_ID of <etc>/os-release (os-release(5): KEY=VALUE, shell quoting)."""
+    values: dict[str, str] = {}
+    text = _read(etc / "os-release", strip=False, kind="config file") if etc else None
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if not sep or key.strip() not in ("ID", "VERSION_ID"):
+            continue
+        try:
+            words = shlex.split(value)
+        except ValueError:
+            continue
+        values[key.strip()] = _one_line(words[0] if words else "")
+    return {"os_id": values.get("ID") or None, "os_version": values.get("VERSION_ID") or None}
+
+
+def _one_line(text: str | None) -> str | None:
+    """A short printable token, or None: these values go into messages and JSON."""
+    text = (text or "").strip()
+    if not text or len(text) > 64 or not all(c.isprintable() and not c.isspace() for c in text):
+        return None
+    return text
 
 
 def cmdline_blacklist(cmdline: str | None) -> list[str]:

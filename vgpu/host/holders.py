@@ -8,8 +8,11 @@ before we leap and name the holders.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
+from vgpu.errors import InputError
 from vgpu.host.paths import HostPaths
 from vgpu.inputs import read_optional
 from vgpu.model.inventory import Inventory
@@ -81,4 +84,97 @@ def function_holders(paths: HostPaths, inv: Inventory, vm_holders: dict[PciAddre
             names += [n for n in (vm_holders or {}).get(fn.address, ()) if n not in names]
             if names:
                 out[fn.address] = names
+    return out
+
+
+# GPU clients: processes with GIM's SMI device, the KFD compute device or a GPU's DRM node open. AMD's
+# device-metrics-exporter and gpuagent (SR-IOV mode: /dev/gim-smi0), amd-smi monitors, ROCm jobs on an amdgpu
+# GPU: while they hold these, gim cannot unload ("Module gim is in use") and a partition change fails with
+# "device busy" (ROCm/gpu-operator#421). docs/hardware.md §3.
+HOST_WIDE_NODES = ("/dev/kfd",)  # every amdgpu GPU's compute queues
+
+
+@dataclass(frozen=True)
+class GpuClient:
+    pid: int
+    comm: str
+    unit: str | None  # its systemd service (from /proc/PID/cgroup); None: not a service vgpu can restart
+    devices: tuple[str, ...]  # the device nodes it holds, e.g. "/dev/gim-smi0", "/dev/dri/renderD128"
+
+    def describe(self) -> str:
+        return f"pid {self.pid} ({self.comm}) holding {', '.join(self.devices)}"
+
+
+def gpu_clients(paths: HostPaths) -> list[GpuClient]:
+    """Every process holding /dev/kfd, /dev/gim-smi* or /dev/dri/*, from <proc>/<pid>/fd (so a simulated or
+    captured /proc works like the real one), in pid order."""
+    out: list[GpuClient] = []
+    if paths.proc is None:
+        return out
+    try:
+        pids = sorted((p for p in os.listdir(paths.proc) if p.isdigit()), key=int)
+    except OSError:
+        return out
+    for pid in pids:
+        nodes = _gpu_nodes_of(paths, pid)
+        if nodes:
+            out.append(GpuClient(int(pid), _comm(paths, pid), service_of(paths, pid), tuple(sorted(nodes))))
+    return out
+
+
+def _gpu_nodes_of(paths: HostPaths, pid: str) -> set[str]:
+    fd_dir = paths.proc / pid / "fd"
+    found: set[str] = set()
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return found
+    for fd in fds:
+        try:
+            target = os.readlink(fd_dir / fd)
+        except OSError:
+            continue
+        if target in HOST_WIDE_NODES or target.startswith(("/dev/gim-smi", "/dev/dri/")):
+            found.add(target)
+    return found
+
+
+def service_of(paths: HostPaths, pid: str) -> str | None:
+    """The systemd service a process runs in: the last component of its cgroup path when it names a
+    ``.service`` (cgroup v2 ``0::/system.slice/x.service``, v1 ``N:name=systemd:/...``); None for session
+    scopes, user shells and containers' own cgroups."""
+    raw = read_optional(paths.proc / pid / "cgroup", "proc file")
+    for line in (raw or b"").decode("utf-8", "replace").splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3 or parts[1] not in ("", "name=systemd"):
+            continue
+        last = parts[2].rstrip("/").rsplit("/", 1)[-1]
+        if last.endswith(".service") and _UNIT_NAME.fullmatch(last) and "/system.slice/" in parts[2] + "/":
+            return last
+    return None
+
+
+_UNIT_NAME = re.compile(r"[A-Za-z0-9:_.@\\-]{1,200}\.service")
+
+
+def drm_address(paths: HostPaths, node: str) -> PciAddress | None:
+    """The PCI function behind /dev/dri/<node> (cardN, renderDN), from <sys>/class/drm/<node>/device."""
+    name = node.rsplit("/", 1)[-1]
+    try:
+        return PciAddress.parse(os.path.basename(os.path.realpath(paths.sys / "class" / "drm" / name / "device")))
+    except (OSError, ValueError, InputError):
+        return None
+
+
+def clients_for(clients: Iterable[GpuClient], paths: HostPaths, functions: Iterable[PciAddress],
+                host_wide: bool) -> list[GpuClient]:
+    """The clients a step disrupts: with ``host_wide`` (a gim reload, a partition change) everyone holding
+    GIM's SMI device or /dev/kfd, and always those holding a DRM node of one of ``functions``."""
+    wanted = set(functions)
+    out = []
+    for c in clients:
+        if host_wide and any(d in HOST_WIDE_NODES or d.startswith("/dev/gim-smi") for d in c.devices):
+            out.append(c)
+        elif any(d.startswith("/dev/dri/") and drm_address(paths, d) in wanted for d in c.devices):
+            out.append(c)
     return out

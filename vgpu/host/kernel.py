@@ -32,13 +32,23 @@ class KernelOps(Protocol):
     def settle(self, timeout: float) -> None:
         """Wait until the kernel's and udev's pending events are processed."""
 
+    def stop_unit(self, unit: str) -> None:
+        """systemctl stop UNIT: a GPU client that must let go of the GPU for a step (docs/hardware.md §3)."""
+
+    def start_unit(self, unit: str) -> None:
+        """systemctl start UNIT."""
+
+    def unit_active(self, unit: str) -> bool:
+        """Whether systemd reports UNIT active (`systemctl is-active`)."""
+
 
 class LinuxKernel:
     """The real thing: modprobe and sysfs writes. Argument lists only, never a shell string."""
 
-    def __init__(self, modprobe: str = "modprobe", udevadm: str = "udevadm"):
+    def __init__(self, modprobe: str = "modprobe", udevadm: str = "udevadm", systemctl: str = "systemctl"):
         self._modprobe = modprobe
         self._udevadm = udevadm
+        self._systemctl = systemctl
 
     def load_module(self, name: str, params: Mapping[str, str] | None = None) -> None:
         args = [self._modprobe, "--", name] + [f"{k}={v}" for k, v in (params or {}).items()]
@@ -60,6 +70,20 @@ class LinuxKernel:
                            check=False, capture_output=True, timeout=timeout + 5)
         except (OSError, subprocess.TimeoutExpired):
             time.sleep(min(timeout, 1.0))
+
+    def stop_unit(self, unit: str) -> None:
+        self._run([self._systemctl, "stop", "--", unit], f"stopping {unit}")
+
+    def start_unit(self, unit: str) -> None:
+        self._run([self._systemctl, "start", "--", unit], f"starting {unit}")
+
+    def unit_active(self, unit: str) -> bool:
+        try:
+            proc = subprocess.run([self._systemctl, "is-active", "--", unit], capture_output=True, text=True,
+                                  timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return proc.stdout.strip() == "active"
 
     @staticmethod
     def _run(args: list[str], what: str) -> None:

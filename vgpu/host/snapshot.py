@@ -66,6 +66,8 @@ def _entries(paths: HostPaths) -> Iterator[tuple[Path, str]]:
         yield sys / "kernel/mm/hugepages" / size / "nr_hugepages", f"sys/kernel/mm/hugepages/{size}/nr_hugepages"
     if paths.proc:
         yield paths.proc / "cmdline", "proc/cmdline"
+        # the kernel release: the capability matrix (docs/hardware.md §9) is keyed by it
+        yield paths.proc / "sys/kernel/osrelease", "proc/sys/kernel/osrelease"
     if paths.etc:
         yield from _etc(paths.etc)
 
@@ -75,6 +77,7 @@ def _etc(etc: Path) -> Iterator[tuple[Path, str]]:
     from vgpu.persist import STATE_RECORD, UNIT_LINK, UNIT_PATH
 
     yield etc / "gim_config", "etc/gim_config"
+    yield etc / "os-release", "etc/os-release"  # host OS for the capability matrix (read through its link)
     for name in _listdir(etc / "modprobe.d"):
         yield etc / "modprobe.d" / name, f"etc/modprobe.d/{name}"
     for name in _listdir(etc / "modules-load.d"):

@@ -262,13 +262,52 @@ def _detach_apply(step: DetachFunctions, ctx: Context, info: dict) -> None:
     ctx.hv().detach(step.vm, step.functions)
 
 
+# GPU clients ----------------------------------------------------------------------------------
+
+def _clients_stopped(body: Callable) -> Callable:
+    """``body`` (a step's apply or undo) with the step's GPU-client services stopped around it: stop each
+    unit, run, then start each one again and verify it is active, also when the body failed (as
+    mig-parted's apply hooks do; docs/hardware.md §3). A unit that does not come back fails the step."""
+    def run(step, ctx: Context, info: dict) -> None:
+        units = getattr(getattr(step, "disruption", None), "units", ())
+        stopped: list[str] = []
+        try:
+            for unit in units:
+                ctx.kernel.stop_unit(unit)
+                stopped.append(unit)
+            body(step, ctx, info)
+        except VgpuError as exc:
+            broken = _restart(ctx, stopped)
+            if broken:
+                raise type(exc)(f"{exc.message}; and {broken}", subject=exc.subject, hint=exc.hint) from exc
+            raise
+        broken = _restart(ctx, stopped)
+        if broken:
+            raise HostError(broken, hint="`systemctl status UNIT` and `journalctl -u UNIT` say why")
+    return run
+
+
+def _restart(ctx: Context, units: list[str]) -> str | None:
+    """Start every unit and check it is active; a sentence naming those that are not, or None."""
+    failed = []
+    for unit in units:
+        try:
+            ctx.kernel.start_unit(unit)
+        except VgpuError as exc:
+            failed.append(f"{unit} ({exc.message})")
+            continue
+        if not ctx.kernel.unit_active(unit):
+            failed.append(f"{unit} (not active after start)")
+    return f"GPU client service(s) did not come back: {', '.join(failed)}" if failed else None
+
+
 TABLE = StepTable("Linux/KVM", {
     WriteFile: (_file_prepare, _file_apply, _file_undo),
-    ReloadGim: (_reload_prepare, _reload_apply, _reload_undo),
-    SetMemoryPartition: (_mem_prepare, _mem_apply, _mem_undo),
+    ReloadGim: (_reload_prepare, _clients_stopped(_reload_apply), _clients_stopped(_reload_undo)),
+    SetMemoryPartition: (_mem_prepare, _clients_stopped(_mem_apply), _clients_stopped(_mem_undo)),
     BindVfs: (_vfs_prepare, _vfs_apply, _vfs_undo),
-    BindDevice: (_dev_prepare, _dev_apply, _dev_undo),
-    UnbindDevice: (_unbind_prepare, _unbind_apply, _unbind_undo),
+    BindDevice: (_dev_prepare, _clients_stopped(_dev_apply), _clients_stopped(_dev_undo)),
+    UnbindDevice: (_unbind_prepare, _clients_stopped(_unbind_apply), _clients_stopped(_unbind_undo)),
     InstallPersistence: (_persist_prepare, _persist_apply, _persist_undo),
     AttachFunctions: (_vm_prepare, _attach_apply, _vm_restore),
     DetachFunctions: (_vm_prepare, _detach_apply, _vm_restore),

@@ -26,6 +26,8 @@ class HostTarget:
     step_hook: Callable | None = None  # called around each applied step (the simulator's test hooks)
     # False where the processes holding /dev/vfio are not this machine's (a simulated host): no root warning
     local_processes: bool = True
+    # runs the host's amd-smi (GIM build): args -> (status, stdout, stderr); None: this machine's, if installed
+    amdsmi_runner: Callable | None = None
 
     @classmethod
     def capture(cls, paths: HostPaths) -> "HostTarget":
@@ -45,6 +47,16 @@ class HostTarget:
             return self.kernel_ops
         from vgpu.host.kernel import LinuxKernel
         return LinuxKernel()
+
+    def amdsmi(self):
+        """The host amd-smi (vgpu.host.amdsmi.SmiView): the simulator's, this machine's, or, for a capture,
+        none (it cannot be asked)."""
+        from vgpu.host.amdsmi import SmiView, read_amdsmi, system_runner
+        if self.amdsmi_runner is not None:
+            return read_amdsmi(self.amdsmi_runner())
+        if self.read_only or not self.paths.is_system:
+            return SmiView(unavailable=f"{self.paths.label} is a capture: its amd-smi could not be asked")
+        return read_amdsmi(system_runner())
 
     def open_hypervisor(self):
         """Its hypervisor: the given factory's (a simulated libvirt), or the host's libvirt."""

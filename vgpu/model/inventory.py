@@ -149,6 +149,11 @@ class HostFacts:
     dev_vfio_groups: tuple[int, ...] | None = None  # None: /dev unknown (a capture)
     modprobe_options: dict[str, dict[str, str]] = field(default_factory=dict)  # from modprobe.d
     cpu_vendor: str | None = None  # "AuthenticAMD" / "GenuineIntel" from /proc/cpuinfo
+    # the host OS and kernel, which AMD's GIM support tables are keyed by (docs/hardware.md §9);
+    # None: not readable (a bare sysfs capture, an older snapshot)
+    os_id: str | None = None  # /etc/os-release ID, e.g. "ubuntu"
+    os_version: str | None = None  # /etc/os-release VERSION_ID, e.g. "24.04"
+    kernel_release: str | None = None  # /proc/sys/kernel/osrelease (`uname -r`)
 
 
 @dataclass(frozen=True)

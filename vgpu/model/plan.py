@@ -23,14 +23,19 @@ class Disruption:
     vms: tuple[str, ...] = ()  # libvirt domains referencing them
     processes: tuple[str, ...] = ()  # "pid 4242 (qemu-system-x86)" holding /dev/vfio/<group>
     host_wide: bool = False  # e.g. a gim reload: every VF on the host goes away
+    # GPU clients (vgpu/host/holders.py gpu_clients): systemd services provision stops before the step and
+    # starts and verifies after it (also when it fails), and processes outside any service, which it cannot
+    # restart: "pid 5012 (amd-smi) holding /dev/gim-smi0"; those refuse the run unless --force
+    units: tuple[str, ...] = ()
+    clients: tuple[str, ...] = ()
 
     @property
     def any(self) -> bool:
-        return bool(self.functions or self.vms or self.processes or self.host_wide)
+        return bool(self.functions or self.vms or self.processes or self.host_wide or self.units or self.clients)
 
     @property
     def holders(self) -> tuple[str, ...]:
-        return tuple(f"VM {v}" for v in self.vms) + self.processes
+        return tuple(f"VM {v}" for v in self.vms) + self.processes + self.clients
 
 
 @dataclass(frozen=True)
@@ -256,6 +261,9 @@ class Plan:
     # what must happen outside vgpu before the rest can be applied (an ESXi host that activates
     # passthrough only at its next reboot); the host is not in sync while any is left
     pending: tuple[str, ...] = ()
+    # the capability-matrix row the plan was checked against (vgpu/capability.py Verdict.to_dict): level,
+    # row, and what the host said (GIM, OS, kernel); None where it does not apply (passthrough, ESXi)
+    matrix: dict | None = None
 
     @property
     def in_sync(self) -> bool:
@@ -277,7 +285,8 @@ class Plan:
                 "in_sync": self.in_sync,
                 "disruptive": self.disruptive, "warnings": list(self.warnings),
                 "steps": [s.to_dict() for s in self.steps], "pending": list(self.pending),
-                "vms": None if self.vms is None else {vm: [str(a) for a in fns] for vm, fns in self.vms}}
+                "vms": None if self.vms is None else {vm: [str(a) for a in fns] for vm, fns in self.vms},
+                "matrix": self.matrix}
 
 
 def step_from_dict(data: dict) -> Step:
@@ -303,7 +312,8 @@ def _revive(name: str, value):
     if name == "disruption" and isinstance(value, dict):
         return Disruption(functions=tuple(PciAddress.parse(a) for a in value.get("functions", ())),
                           vms=tuple(value.get("vms", ())), processes=tuple(value.get("processes", ())),
-                          host_wide=bool(value.get("host_wide")))
+                          host_wide=bool(value.get("host_wide")), units=tuple(value.get("units", ())),
+                          clients=tuple(value.get("clients", ())))
     return value
 
 

@@ -160,10 +160,11 @@ def _partition(ctx: Ctx, pf: Function, model, vf_num: int, index: int) -> tuple[
     if saved is not None and saved.vf_num != vf_num:  # a new vf_num resets the saved modes
         saved = None
     default_c = DEFAULT_COMPUTE[vf_num]
+    default_m = model.gim_default_memory(vf_num).value  # NPS1, or NPS2 on MI350-series multi-VF
     compute = want_c or (saved.compute if saved else default_c)
-    memory = want_m or (saved.memory if saved else "NPS1")
+    memory = want_m or (saved.memory if saved else default_m)
     if not _valid(model, vf_num, compute, memory):  # GIM falls back silently
-        return default_c, "NPS1"
+        return default_c, default_m
     return compute, memory
 
 

@@ -59,7 +59,7 @@ class SimHost:
             _claim(staging)
             _write_etc(staging / ROOT_NAME, spec)
             ctx = Ctx(state)
-            ctx.log("Linux version 6.8.0-sim (vgpu simulated host) #1 SMP PREEMPT_DYNAMIC")
+            ctx.log(f"Linux version {spec.state.kernel_release} (vgpu simulated host) #1 SMP PREEMPT_DYNAMIC")
             ctx.log(f"Command line: {state.cmdline}")
             _boot(ctx, staging / ROOT_NAME, spec)
             _check_ours(state_dir)
@@ -99,7 +99,13 @@ class SimHost:
         return HostTarget(HostPaths.under(self.root, label=f"simulated {self.machine_name}"),
                           state=self.root / "var" / "lib" / "vgpu", kernel_ops=self.kernel,
                           hypervisor_factory=lambda: SimHypervisor(sim_hypervisor_dir(self.root)),
-                          step_hook=step_hook_from_env(self.root), local_processes=False)
+                          step_hook=step_hook_from_env(self.root), local_processes=False,
+                          amdsmi_runner=lambda: self._amdsmi())
+
+    def _amdsmi(self):
+        """The simulated amd-smi of this host, or None where its machine spec does not install it."""
+        from vgpu.sim.amdsmi import runner
+        return runner(self)
 
     @classmethod
     def open(cls, state_dir: Path) -> "SimHost":
@@ -297,6 +303,19 @@ def _write_etc(root: Path, spec: MachineSpec) -> None:
         write_atomic(conf / name, text if text.endswith("\n") else text + "\n")
     if spec.state.gim_config is not None:
         write_atomic(root / "etc" / "gim_config", spec.state.gim_config)
+    write_atomic(root / "etc" / "os-release", os_release_text(spec))
+
+
+def os_release_text(spec: MachineSpec) -> str:
+    """/etc/os-release as os-release(5) writes it, from the spec's state.os_release."""
+    osr = spec.state.os_release
+    pretty = osr.pretty_name or f"{_OS_NAMES.get(osr.id, osr.id)} {osr.version_id}"
+    return (f'PRETTY_NAME="{pretty}"\nNAME="{_OS_NAMES.get(osr.id, osr.id)}"\nVERSION_ID="{osr.version_id}"\n'
+            f"ID={osr.id}\n")
+
+
+_OS_NAMES = {"ubuntu": "Ubuntu", "rhel": "Red Hat Enterprise Linux", "debian": "Debian GNU/Linux",
+             "rocky": "Rocky Linux"}
 
 
 def _boot(ctx: Ctx, root: Path, spec: MachineSpec) -> None:
@@ -327,3 +346,6 @@ def _boot(ctx: Ctx, root: Path, spec: MachineSpec) -> None:
             pcicore.write_sriov_numvfs(ctx, state.functions[address], str(count))
         except HostError as exc:
             raise InputError(f"machine spec {spec.name}: {address} initial_vfs: {exc.message}") from None
+    from vgpu.sim.services import add_client
+    for client in spec.state.gpu_clients:  # GPU clients start after the drivers, as their services do
+        add_client(ctx, client.comm, client.device, client.unit or "")

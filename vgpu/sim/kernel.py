@@ -38,7 +38,7 @@ _AMDGPU_ATTRS = ("current_compute_partition", "current_memory_partition")
 
 
 class SimKernel:
-    """Implements KernelOps (load_module, unload_module, write_attr, settle) plus fail_next."""
+    """Implements KernelOps (load_module, unload_module, write_attr, settle, the unit calls) plus fail_next."""
 
     def __init__(self, state_dir: Path, root: Path):
         self.state_dir = Path(state_dir)
@@ -58,6 +58,19 @@ class SimKernel:
     def write_attr(self, path: Path, value: str) -> None:
         rel = self._inside(Path(path))
         self.transaction(f"write_attr:/{rel}", lambda ctx: self._write(ctx, Path(path), value), value=value)
+
+    def stop_unit(self, unit: str) -> None:
+        from vgpu.sim import services
+        self.transaction(f"stop_unit:{unit}", lambda ctx: services.stop(ctx, unit))
+
+    def start_unit(self, unit: str) -> None:
+        from vgpu.sim import services
+        self.transaction(f"start_unit:{unit}", lambda ctx: services.start(ctx, unit))
+
+    def unit_active(self, unit: str) -> bool:
+        with locked(self.state_dir):
+            state = self.fresh_state()
+        return any(h.unit == unit for h in state.holders.values())
 
     def settle(self, timeout: float) -> None:
         """Nothing is ever pending: the model applies every change before returning."""

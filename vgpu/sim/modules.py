@@ -131,6 +131,12 @@ def unload(ctx: Ctx, name: str) -> None:
         ctx.log(f"modprobe: FATAL: Module {module} is in use.")
         raise HostError(f"modprobe: FATAL: Module {module} is in use.",
                         hint="unbind its devices first" if bound else f"unload {users[0]} first")
+    if module == "gim":
+        from vgpu.sim.services import gim_users
+        if gim_users(ctx):  # its SMI device is open: the module's reference count is not zero
+            ctx.log("modprobe: FATAL: Module gim is in use.")
+            raise HostError("modprobe: FATAL: Module gim is in use.",
+                            hint=f"stop what holds its devices first: {'; '.join(gim_users(ctx))}")
     vfs = [vf for pf in bound for vf in state.vfs_of(pf)]
     ensure_not_held(ctx, bound + vfs, f"unloading {module}")
     for f in bound:

@@ -132,6 +132,8 @@ class FunctionSpec(_Strict):
     link: LinkSpec | None = None
     path: tuple[Address, ...] = ()
     iommu_group_with: Address | None = None
+    # a GPU's VBIOS/IFWI name as the host amd-smi reports it (state.amdsmi); "..._1VF" is a 1-VF build
+    vbios: OneLine | None = None
 
     @field_validator("model")
     @classmethod
@@ -156,8 +158,28 @@ class FunctionSpec(_Strict):
         return self
 
 
+class OsRelease(_Strict):
+    """The host's /etc/os-release ID and VERSION_ID, which AMD's GIM support tables are keyed by."""
+
+    id: str = Field("ubuntu", pattern=r"^[a-z0-9._-]{1,32}$")  # os-release(5): lower-case, no spaces
+    version_id: str = Field("22.04", pattern=r"^[A-Za-z0-9._~-]{1,32}$")
+    pretty_name: str | None = Field(None, max_length=64, pattern=r"^[ -~]+$")
+
+
+class GpuClientSpec(_Strict):
+    """A process holding a GPU device node at boot (AMD's metrics exporter, gpuagent, an amd-smi monitor)."""
+
+    comm: str = Field(pattern=r"^[A-Za-z0-9._-]{1,15}$")  # /proc/PID/comm: at most 15 characters
+    device: str = Field(pattern=r"^/dev/(kfd|gim-smi[0-9]{1,3}|dri/(card|renderD)[0-9]{1,4})$")
+    unit: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}\.service$")  # None: no service
+
+
 class StateSpec(_Strict):
     iommu: bool = True
+    # the host OS and kernel (`uname -r`): the capability matrix's keys (docs/hardware.md §9). The
+    # defaults are the default machine's: Ubuntu 22.04 with its GA kernel, as in GIM's README table
+    os_release: OsRelease = Field(default_factory=OsRelease)
+    kernel_release: str = Field("6.8.0-79-generic", pattern=r"^[0-9][A-Za-z0-9._+~-]{0,63}$")
     cmdline: str = Field("BOOT_IMAGE=/boot/vmlinuz root=/dev/sda2 ro iommu=pt modprobe.blacklist=amdgpu",
                          max_length=2048, pattern=r"^[^\n\x00]*$")  # COMMAND_LINE_SIZE on x86
     cpu_vendor: Literal["AuthenticAMD", "GenuineIntel"] = "AuthenticAMD"
@@ -167,6 +189,8 @@ class StateSpec(_Strict):
     hugepages: dict[int, Annotated[int, Field(ge=0)]] = Field(default_factory=lambda: {2048: 0, 1048576: 0})
     modprobe_d: dict[str, str] = Field(default_factory=dict)
     gim_config: str | None = None
+    gpu_clients: tuple[GpuClientSpec, ...] = Field((), max_length=64)
+    amdsmi: bool = False  # the GIM build of amd-smi is installed (vgpu.sim.amdsmi answers for it)
 
     @field_validator("modules", mode="before")
     @classmethod

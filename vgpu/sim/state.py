@@ -154,6 +154,7 @@ class _Record:
     __slots__ = ()
     _FIELDS: tuple[tuple[str, str, Callable, Any], ...] = ()
     _FORBID_EXTRA = False  # unknown keys: refused, or dropped (pydantic's default, which the records had)
+    _SPARSE: frozenset[str] = frozenset()
     __hash__ = None  # type: ignore[assignment]
 
     def __init__(self, **values: Any):
@@ -194,8 +195,14 @@ class _Record:
         return record
 
     def to_json(self) -> dict:
-        """The fields by JSON key, in table order; nested records stay records (``save_state`` dumps them)."""
-        return dict(zip(self._KEY_ORDER, self._values(self)))
+        """The fields by JSON key, in table order; nested records stay records (``save_state`` dumps them).
+        Fields named in ``_SPARSE`` (added after states were saved) are written only when not their default,
+        so a state that does not use them saves byte for byte as before."""
+        data = dict(zip(self._KEY_ORDER, self._values(self)))
+        for name, key, _check, default in self._FIELDS:
+            if name in self._SPARSE and data[key] == (default() if isinstance(default, type) else default):
+                del data[key]
+        return data
 
     def __init_subclass__(cls) -> None:
         cls._KEY_ORDER = tuple(key for _name, key, _check, _default in cls._FIELDS)
@@ -253,8 +260,16 @@ class Function(_Record):
         return (self.class_code >> 8) == 0x0604
 
 
+GPU_NODE = re.compile(r"/dev/(kfd|gim-smi[0-9]{1,3}|dri/(card|renderD)[0-9]{1,4})")  # what a GPU client holds
+UNIT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,99}\.service")  # a systemd service name
+
+
 class Holder(_Record):
-    __slots__, _FIELDS = _fields(pid=_int, comm=_str, group=_int)
+    """A simulated process holding a device: /dev/vfio/<group> (``group``), or a GPU node such as
+    /dev/gim-smi0 (``device``, group -1), optionally as part of a systemd service (``unit``)."""
+
+    __slots__, _FIELDS = _fields(pid=_int, comm=_str, group=_int, device=(_str, ""), unit=(_str, ""))
+    _SPARSE = frozenset({"device", "unit"})  # GPU clients (issue 24); a VFIO holder has neither
 
 
 class GimSaved(_Record):
@@ -284,6 +299,7 @@ class SimState(_Record):
         iommu=(_bool, True), cmdline=(_str, ""), cpu_vendor=(_str, "AuthenticAMD"),
         hugepages=(_dict(_int), dict),  # "2048" / "1048576" -> count
         holders=(_dict(Holder.from_json), dict),
+        stopped_units=(_dict(_list(Holder.from_json)), dict),  # unit -> its processes while it is stopped
         next_pid=(_int, 4000), next_group=(_int, 0),
         clock_us=(_int, 5_000_000),  # dmesg timestamp, microseconds since boot
         gim_saved=(_dict(GimSaved.from_json), dict),
@@ -292,6 +308,7 @@ class SimState(_Record):
         faults=(_list(Fault.from_json), list),
     )
     _FORBID_EXTRA = True
+    _SPARSE = frozenset({"stopped_units"})
 
     @classmethod
     def from_json(cls, data: Any) -> SimState:
@@ -308,6 +325,10 @@ class SimState(_Record):
         bad = next((d for d in drivers if not MODULE_NAME.fullmatch(d)), None)
         bad = bad or next((p for ps in self.modules.values() for p in ps if not PARAM_NAME.fullmatch(p)), None)
         bad = bad or next((p for p in self.holders if not p.isascii() or not p.isdigit() or len(p) > 10), None)
+        held = [*self.holders.values(), *(h for hs in self.stopped_units.values() for h in hs)]
+        bad = bad or next((h.device for h in held if h.device and not GPU_NODE.fullmatch(h.device)), None)
+        bad = bad or next((u for u in [*self.stopped_units, *(h.unit for h in held if h.unit)]
+                           if not UNIT_NAME.fullmatch(u)), None)
         addresses = [*self.functions, *self.gim_saved,
                      *(a for f in fs for a in (f.address, f.parent, f.physfn) if a is not None)]
         bad = bad or next((a for a in addresses if not _sysfs_address(a)), None)

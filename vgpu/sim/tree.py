@@ -9,6 +9,7 @@ build and then belongs to whoever configures the host (vgpu's provisioner, tests
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -312,13 +313,17 @@ class Tree:
         self._at(proc).mkdir(exist_ok=True)
         self._write(proc / "cmdline", state.cmdline + "\n")
         self._write(proc / "cpuinfo", f"processor\t: 0\nvendor_id\t: {state.cpu_vendor}\n\n")
+        self._at(proc / "sys/kernel").mkdir(parents=True, exist_ok=True)
+        self._write(proc / "sys/kernel/osrelease", kernel_release(state) + "\n")
         for entry in os.listdir(proc):
             if entry.isdigit() and entry not in state.holders:
                 shutil.rmtree(self._at(proc / entry))
         for pid, holder in state.holders.items():
             self._at(proc / pid / "fd").mkdir(parents=True, exist_ok=True)
             self._write(proc / pid / "comm", holder.comm + "\n")
-            self._link(proc / pid / "fd" / "3", f"/dev/vfio/{holder.group}")
+            self._link(proc / pid / "fd" / "3", holder.device or f"/dev/vfio/{holder.group}")
+            cgroup = f"/system.slice/{holder.unit}" if holder.unit else "/user.slice/user-0.slice/session-1.scope"
+            self._write(proc / pid / "cgroup", f"0::{cgroup}\n")
 
     def _dev(self, state: SimState) -> None:
         vfio = self.root / "dev/vfio"
@@ -335,6 +340,12 @@ class Tree:
         for g in groups:
             if not (vfio / str(g)).exists():
                 self._write(vfio / str(g), "", 0o600)
+
+
+def kernel_release(state: SimState) -> str:
+    """`uname -r` of the simulated host: the machine spec's state.kernel_release (docs/sim-machine-spec.md)."""
+    value = (state.machine.get("state") or {}).get("kernel_release") if isinstance(state.machine, dict) else None
+    return value if isinstance(value, str) and re.fullmatch(r"[0-9][A-Za-z0-9._+~-]{0,63}", value) else "6.8.0-sim"
 
 
 def registered_drivers(state: SimState) -> dict[str, str | None]:
