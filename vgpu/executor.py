@@ -189,8 +189,9 @@ def _entries(journal: Journal, data: dict) -> list[tuple[Step, dict, bool]]:
     try:
         return [(step_from_dict(e["step"]), dict(e["info"]), bool(e["done"])) for e in data.get("entries", [])]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise HostError(f"the journal {journal.store.path('journal.json')} is damaged ({type(exc).__name__}: {exc})",
-                        hint="inspect it and the host (`vgpu status`), then remove it to continue") from None
+        # damaged input (exit 5), like a journal that is not JSON: nothing was read that could be acted on
+        raise InputError(f"the journal {journal.store.path('journal.json')} is damaged ({type(exc).__name__}: {exc})",
+                         hint="inspect it and the host (`vgpu status`), then remove it to continue") from None
 
 
 StepHook = Callable[[int, Step, str], None]  # (index, step, "before"|"after")

@@ -41,6 +41,23 @@ class PciDevice:
 
 
 @dataclass(frozen=True)
+class DynamicDevice:
+    """A Dynamic DirectPath I/O device of a VM (VirtualPCIPassthrough.DynamicBackingInfo): it names no
+    host function, only the ids it accepts; ESXi picks a free matching device at power-on (assignedId)."""
+
+    allowed: tuple[tuple[int, int], ...]  # (vendorId, deviceId)
+    label: str = ""  # customLabel: the hardware label a host device must carry too
+    assigned: PciAddress | None = None  # the function ESXi gave it (while the VM runs)
+
+    def accepts(self, device: "PciDevice") -> bool:
+        return (device.vendor, device.device) in self.allowed
+
+    def describe(self) -> str:
+        ids = ", ".join(f"{v:04x}:{d:04x}" for v, d in self.allowed)
+        return f"Dynamic DirectPath I/O, allowed {ids}" + (f", label {self.label}" if self.label else "")
+
+
+@dataclass(frozen=True)
 class VmConfig:
     name: str
     uuid: str
@@ -50,14 +67,33 @@ class VmConfig:
     locked: bool  # memoryReservationLockedToMax
     passthrough: tuple[PciAddress, ...]  # host functions its configuration has (VirtualPCIPassthrough)
     extra: dict[str, str] = field(default_factory=dict)  # extraConfig
+    disks: int = 0  # virtual disks: an installed guest boots with the firmware it was installed with
+    change_version: str = ""  # config.changeVersion: a reconfigure naming it is refused after another edit
+    dynamic: tuple[DynamicDevice, ...] = ()
 
     @property
     def assigned(self) -> tuple[PciAddress, ...]:
         """The functions vgpu attached (its mark in extraConfig), of those the VM still has."""
         return tuple(a for a in specs.parse_mark(self.extra.get(specs.MARK_KEY, "")) if a in self.passthrough)
 
+    @property
+    def in_use(self) -> tuple[PciAddress, ...]:
+        """The host functions it holds now: its fixed devices, and those Dynamic DirectPath I/O assigned it."""
+        return tuple(dict.fromkeys((*self.passthrough, *(d.assigned for d in self.dynamic if d.assigned))))
+
+    def holds(self, device: "PciDevice") -> str | None:
+        """How this VM holds (or will take, at power-on) ``device``: a sentence, or None."""
+        if device.address in self.passthrough:
+            return "its configuration has it"
+        for d in self.dynamic:
+            if d.assigned == device.address:
+                return f"ESXi assigned it at power-on ({d.describe()})"
+            if d.assigned is None and self.power == "poweredOff" and d.accepts(device):
+                return f"it can take it at power-on ({d.describe()})"
+        return None
+
     def domain(self) -> DomainInfo:
-        return DomainInfo(self.name, self.uuid, POWER_STATES.get(self.power, self.power), self.passthrough,
+        return DomainInfo(self.name, self.uuid, POWER_STATES.get(self.power, self.power), self.in_use,
                           assigned=self.assigned)
 
 
@@ -76,6 +112,39 @@ class HostState:
 
     def vm(self, name: str) -> VmConfig | None:
         return next((v for v in self.vms if v.name == name), None)
+
+    def holders(self, address: PciAddress, *, besides: str | None = None) -> list[tuple[VmConfig, str]]:
+        """Every VM (but ``besides``) that holds the function or can take it at power-on, with how: a fixed
+        DirectPath device, or a Dynamic DirectPath I/O device (assigned, or whose allowed ids match)."""
+        device = self.device(address)
+        if device is None:
+            return [(v, "its configuration has it") for v in self.vms if v.name != besides and address in v.passthrough]
+        return [(v, how) for v in self.vms if v.name != besides and (how := v.holds(device))]
+
+
+def _passthrough_devices(devices) -> tuple[list[PciAddress], list[DynamicDevice]]:
+    """A VM's DirectPath I/O devices: fixed ones (DeviceBackingInfo: the host function) and Dynamic
+    DirectPath I/O ones (DynamicBackingInfo: allowed ids, and the function assigned at power-on)."""
+    from pyVmomi import vim
+
+    fixed, dynamic = [], []
+    for dev in devices:
+        if not isinstance(dev, vim.vm.device.VirtualPCIPassthrough):
+            continue
+        b = dev.backing
+        if isinstance(b, vim.vm.device.VirtualPCIPassthrough.DeviceBackingInfo):
+            try:
+                fixed.append(PciAddress.parse(b.id))
+            except InputError:
+                continue
+        elif isinstance(b, vim.vm.device.VirtualPCIPassthrough.DynamicBackingInfo):
+            try:
+                assigned = PciAddress.parse(b.assignedId) if b.assignedId else None
+            except InputError:
+                assigned = None
+            dynamic.append(DynamicDevice(tuple((_u16(a.vendorId), _u16(a.deviceId)) for a in b.allowedDevice or ()),
+                                         str(b.customLabel or ""), assigned))
+    return fixed, dynamic
 
 
 def _u16(value) -> int:
@@ -128,18 +197,14 @@ class EsxiHost:
             cfg = vm.config
             if cfg is None or cfg.template:
                 continue
-            functions = []
-            for dev in cfg.hardware.device or ():
-                if isinstance(dev, vim.vm.device.VirtualPCIPassthrough) and isinstance(
-                        dev.backing, vim.vm.device.VirtualPCIPassthrough.DeviceBackingInfo):
-                    try:
-                        functions.append(PciAddress.parse(dev.backing.id))
-                    except InputError:
-                        continue
+            devices = cfg.hardware.device or ()
+            functions, dynamic = _passthrough_devices(devices)
             extra = {str(o.key): str(o.value) for o in cfg.extraConfig or ()}
             out.append(VmConfig(str(vm.name), str(cfg.uuid), str(vm.runtime.powerState), str(cfg.firmware or "bios"),
                                 int(cfg.hardware.memoryMB), bool(cfg.memoryReservationLockedToMax),
-                                tuple(functions), extra))
+                                tuple(functions), extra,
+                                disks=sum(isinstance(d, vim.vm.device.VirtualDisk) for d in devices),
+                                change_version=str(cfg.changeVersion or ""), dynamic=tuple(dynamic)))
         return sorted(out, key=lambda v: v.name)
 
     def passthrough_targets(self, vm_name: str) -> dict[PciAddress, tuple[object, str]]:
@@ -171,21 +236,32 @@ class EsxiHost:
             raise HostError(f"{'enabling' if enabled else 'disabling'} passthrough on {address} failed: "
                             f"{task_error(exc)}") from None
 
-    def reconfigure(self, vm_name: str, spec, what: str) -> None:
-        from pyVim.task import WaitForTask
+    def reconfigure(self, vm_name: str, spec, what: str, *, version: str | None = None) -> None:
+        """One ``ReconfigVM_Task``, guarded by ``config.changeVersion`` (``version``: the one vgpu's decision was
+        read with): ESXi refuses it (ConcurrentAccess) when someone changed the VM since. The task is submitted
+        once and then waited on by its reference: a session that ends meanwhile is logged in again and the
+        same task is read, never a second one submitted (vSphere Web Services API, ManagedEntity tasks)."""
         from pyVmomi import vim
 
-        def run():
-            vm = self._vm_object(vm_name)
-            task = vm.ReconfigVM_Task(spec)
-            WaitForTask(task, raiseOnError=True, si=self.session.si)
+        if version:
+            spec.changeVersion = version
         try:
-            self._call(run)
+            vm = self._call(lambda: self._vm_object(vm_name))
+            task = self._call(lambda: vm.ReconfigVM_Task(spec))  # refused unauthenticated: it never ran
+            self._call(lambda: self._wait(task))
         except vim.fault.InvalidPowerState:
             raise InUseError(f"{what}: VM {vm_name} is powered on, and ESXi changes PCI passthrough devices only "
                              "while a VM is off", hint="power the VM off, then run vgpu again") from None
+        except vim.fault.ConcurrentAccess:
+            raise HostError(f"{what}: VM {vm_name} was changed by someone else since vgpu read it (its "
+                            "config.changeVersion differs); vgpu did not overwrite that change",
+                            hint="check the VM in the vSphere client, then run vgpu again") from None
         except vim.fault.VimFault as exc:
             raise HostError(f"{what}: {task_error(exc)}") from None
+
+    def _wait(self, task) -> None:
+        from pyVim.task import WaitForTask
+        WaitForTask(task, raiseOnError=True, si=self.session.si)
 
     # -- plumbing ------------------------------------------------------------------------------------
 
@@ -236,7 +312,7 @@ class EsxiHypervisor:
         return holding(self.domains(), addresses)
 
     def attach(self, domain: str, addresses: Sequence[PciAddress], *, numa_node: int | None,
-               bar64_bytes: int) -> None:
+               bar64_bytes: int, version: str | None = None) -> None:
         vm = self._powered_off(domain, "attaching GPUs")
         offered = self.host.passthrough_targets(domain)
         missing = [a for a in addresses if a not in offered]
@@ -245,18 +321,20 @@ class EsxiHypervisor:
                             "(passthrough not active on the host)",
                             hint="run `vgpu plan`: a host reboot may be pending")
         spec = specs.attach_spec(vm, [(a, *offered[a]) for a in addresses], self._window_bytes(vm, addresses))
-        self.host.reconfigure(domain, spec, f"attaching {', '.join(map(str, addresses))} to VM {domain}")
+        self.host.reconfigure(domain, spec, f"attaching {', '.join(map(str, addresses))} to VM {domain}",
+                              version=version or vm.change_version)
 
     def _window_bytes(self, vm: VmConfig, adding: Sequence[PciAddress]) -> int:
         functions = dict.fromkeys((*vm.passthrough, *adding))
         return sum(self.bars.get(a, 0) for a in functions)
 
-    def detach(self, domain: str, addresses: Sequence[PciAddress]) -> None:
+    def detach(self, domain: str, addresses: Sequence[PciAddress], *, version: str | None = None) -> None:
         vm = self._powered_off(domain, "detaching GPUs")
         remaining = [a for a in vm.passthrough if a not in addresses]
         spec = specs.detach_spec(self._device_objects(domain), addresses, vm,
                                  sum(self.bars.get(a, 0) for a in remaining))
-        self.host.reconfigure(domain, spec, f"detaching {', '.join(map(str, addresses))} from VM {domain}")
+        self.host.reconfigure(domain, spec, f"detaching {', '.join(map(str, addresses))} from VM {domain}",
+                              version=version or vm.change_version)
 
     def definition(self, domain: str) -> str:
         """The VM's restorable configuration (JSON): passthrough devices, firmware, memory lock, the
@@ -271,7 +349,7 @@ class EsxiHypervisor:
         data = json.loads(saved)
         spec = specs.restore_spec(vm, self._device_objects(domain), data)
         if spec is not None:
-            self.host.reconfigure(domain, spec, f"restoring VM {domain}'s configuration")
+            self.host.reconfigure(domain, spec, f"restoring VM {domain}'s configuration", version=vm.change_version)
 
     def _powered_off(self, domain: str, what: str) -> VmConfig:
         vm = self.host.read().vm(domain)
@@ -287,7 +365,10 @@ class EsxiHypervisor:
 
         def read():
             vm = self.host._vm_object(domain)
-            return [d for d in vm.config.hardware.device or () if isinstance(d, vim.vm.device.VirtualPCIPassthrough)]
+            # fixed DirectPath devices only: vgpu attaches and restores those; a Dynamic DirectPath I/O device
+            # (no host function in its backing) is the administrator's and is never touched
+            return [d for d in vm.config.hardware.device or () if isinstance(d, vim.vm.device.VirtualPCIPassthrough)
+                    and isinstance(d.backing, vim.vm.device.VirtualPCIPassthrough.DeviceBackingInfo)]
         return self.host._call(read)
 
     def _backings(self, domain: str) -> list[dict]:

@@ -107,11 +107,7 @@ def detach_spec(device_objects: Sequence, addresses: Sequence[PciAddress], vm, r
     if any(str(a) not in wanted for a in vm.passthrough) or PREVIOUS_KEY not in vm.extra:
         spec.extraConfig = [_option(MARK_KEY, mark(left))]
         return spec
-    try:
-        before = json.loads(vm.extra[PREVIOUS_KEY])
-        before = before if isinstance(before, dict) else {}
-    except ValueError:
-        before = {}  # a hand-edited record: leave the settings as they are, drop vgpu's keys
+    before = previous(vm)
     spec.extraConfig = [_option(MARK_KEY, ""), _option(PREVIOUS_KEY, "")]
     for key in (MMIO_ON, MMIO_SIZE):
         if key in before:
@@ -121,6 +117,19 @@ def detach_spec(device_objects: Sequence, addresses: Sequence[PciAddress], vm, r
     if isinstance(before.get("locked"), bool) and before["locked"] != vm.locked:
         spec.memoryReservationLockedToMax = before["locked"]
     return spec
+
+
+def previous(vm) -> dict:
+    """The VM's settings from before vgpu's first attach (``vgpu.previous``), or {} when the value is not
+    vgpu's: anyone who may edit the VM's advanced settings can write it, so it is read like any outside JSON
+    (bounded nesting: a deeply nested value must not crash release), and then only its known keys are used."""
+    from vgpu.inputs import InputFileError, parse_json
+
+    try:
+        before = parse_json(vm.extra.get(PREVIOUS_KEY, ""), PREVIOUS_KEY, f"VM {vm.name}")
+    except InputFileError:
+        return {}  # a hand-edited record: leave the settings as they are, drop vgpu's keys
+    return before if isinstance(before, dict) else {}
 
 
 def saved_config(vm, backings: list[dict]) -> str:
