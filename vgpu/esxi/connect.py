@@ -10,6 +10,7 @@ pinned one, an API older than 8.0, a host in maintenance mode (docs/esxi.md).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -23,7 +24,8 @@ from vgpu.errors import HostError, InputError, RefusedError, RemoteError
 PASSWORD_ENV = "VGPU_ESXI_PASSWORD"
 USER_ENV = "VGPU_ESXI_USER"
 MIN_API = (8, 0)  # ROCm 7.0 supports MI300X on ESXi 8 (docs/hardware.md §6)
-CONNECT_TIMEOUT = 30.0  # seconds for TCP + TLS + each SOAP exchange
+CONNECT_TIMEOUT = 30.0  # seconds for TCP + TLS + each SOAP exchange (docs/esxi.md: exit 9 after 30 s)
+TIMEOUT_ENV = "VGPU_ESXI_TIMEOUT"  # another deadline in seconds (a slow WAN link to a vCenter; tests)
 _THUMBPRINT = re.compile(r"^(?:[0-9A-Fa-f]{2}:){31}[0-9A-Fa-f]{2}$")
 _MAX_PASSWORD = 4096
 _MAX_CA = 1 << 20  # a CA bundle is ~200 KiB
@@ -52,7 +54,12 @@ def endpoint(url: str, *, user: str | None = None, password_file: Path | None = 
              thumbprint: str | None = None, ca_file: Path | None = None, insecure: bool = False,
              host_name: str | None = None) -> Endpoint:
     """Check the connection options (nothing is contacted yet). Raises InputError."""
-    parts = urlsplit(url if "//" in url else f"https://{url}")
+    try:
+        parts = urlsplit(url if "//" in url else f"https://{url}")
+        parts.port  # noqa: B018 - an out-of-range port raises here
+    except ValueError as exc:  # "Invalid IPv6 URL", a port that is not a number or above 65535
+        raise InputError(f"--esxi {url!r}: not a URL ({exc}); it must be https://HOST[:PORT]",
+                         hint="an IPv6 address goes in brackets: https://[fd00::5]:443") from None
     if parts.scheme not in ("https", "http"):
         raise InputError(f"--esxi {url!r}: the URL must be https://HOST[:PORT]",
                          hint="for example --esxi https://esxi01.example.com")
@@ -64,11 +71,10 @@ def endpoint(url: str, *, user: str | None = None, password_file: Path | None = 
                          hint="use https://, or --insecure for a test server")
     if not parts.hostname:
         raise InputError(f"--esxi {url!r}: no host name in the URL")
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        raise InputError(f"--esxi {url!r}: the port is not a number from 1 to 65535") from None
-    if thumbprint is not None and not _THUMBPRINT.match(thumbprint):
+    port = parts.port if parts.port is not None else (443 if parts.scheme == "https" else 80)
+    if not 1 <= port <= 65535:  # ":0" is no port, not "the default one"
+        raise InputError(f"--esxi {url!r}: the port is not a number from 1 to 65535")
+    if thumbprint is not None and not _THUMBPRINT.fullmatch(thumbprint):  # fullmatch: "$" allows a newline
         raise InputError("--esxi-thumbprint must be the certificate's SHA-256 fingerprint, 32 hex pairs "
                          "separated by colons",
                          hint="openssl s_client -connect HOST:443 </dev/null | openssl x509 -noout "
@@ -82,6 +88,33 @@ def endpoint(url: str, *, user: str | None = None, password_file: Path | None = 
                     port=port, user=user or os.environ.get(USER_ENV) or "root",
                     password=_password(password_file), thumbprint=thumbprint.upper() if thumbprint else None,
                     ca_file=ca_file, insecure=insecure or parts.scheme == "http", host_name=host_name)
+
+
+def timeout() -> float:
+    """The deadline of each network exchange with the host, in seconds ($VGPU_ESXI_TIMEOUT, else 30)."""
+    text = os.environ.get(TIMEOUT_ENV)
+    if not text:
+        return CONNECT_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0.1 <= value <= 3600:
+        raise InputError(f"${TIMEOUT_ENV}={text[:40]!r}: give the seconds to wait for the host, from 0.1 to 3600")
+    return value
+
+
+@contextlib.contextmanager
+def _socket_deadline(seconds: float):
+    """pyVmomi's version discovery (vimServiceVersions.xml) opens its connection without a timeout: a host
+    that accepts and never answers would block for ever. The default timeout covers every socket opened
+    meanwhile (TCP connect, the TLS handshake and each read)."""
+    old = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(seconds)
+    try:
+        yield
+    finally:
+        socket.setdefaulttimeout(old)
 
 
 def _password(password_file: Path | None) -> str:
@@ -125,11 +158,11 @@ def _pinned_context(ep: Endpoint) -> ssl.SSLContext:
     verification, whatever CA signed it)."""
     import hashlib
 
-    where = f"{ep.host}:{ep.port}"
+    where, deadline = f"{ep.host}:{ep.port}", timeout()
     try:
-        pem = ssl.get_server_certificate((ep.host, ep.port), timeout=CONNECT_TIMEOUT)
+        pem = ssl.get_server_certificate((ep.host, ep.port), timeout=deadline)
     except (socket.timeout, TimeoutError):
-        raise RemoteError(f"{where}: no answer within {CONNECT_TIMEOUT:.0f} s") from None
+        raise _no_answer(where, deadline) from None
     except (OSError, ssl.SSLError) as exc:
         raise RemoteError(f"{where}: cannot connect ({getattr(exc, 'strerror', None) or exc})",
                           hint="check the URL, the port and that the host is up") from None
@@ -169,13 +202,15 @@ def connect(ep: Endpoint) -> Session:
     from pyVim.connect import SmartConnect
     from pyVmomi import vim
 
-    kwargs = dict(host=ep.host, port=ep.port, user=ep.user, pwd=ep.password, httpConnectionTimeout=CONNECT_TIMEOUT,
+    deadline = timeout()
+    kwargs = dict(host=ep.host, port=ep.port, user=ep.user, pwd=ep.password, httpConnectionTimeout=deadline,
                   protocol="http" if ep.url.startswith("http:") else "https", path=urlsplit(ep.url).path or "/sdk")
     if kwargs["protocol"] == "https":
         kwargs["sslContext"] = _ssl_context(ep)
     where = f"{ep.host}:{ep.port}"
     try:
-        si = SmartConnect(**kwargs)
+        with _socket_deadline(deadline):
+            si = SmartConnect(**kwargs)
     except vim.fault.InvalidLogin:
         raise RemoteError(f"{where}: the user name or password was not accepted (user {ep.user})",
                           hint=f"check {USER_ENV}/--esxi-user and the password; the account needs the vgpu role "
@@ -190,7 +225,7 @@ def connect(ep: Endpoint) -> Session:
     except ssl.SSLError as exc:
         raise RemoteError(f"{where}: TLS failed ({exc.reason or exc})") from None
     except (socket.timeout, TimeoutError):
-        raise RemoteError(f"{where}: no answer within {CONNECT_TIMEOUT:.0f} s") from None
+        raise _no_answer(where, deadline) from None
     except OSError as exc:
         raise RemoteError(f"{where}: cannot connect ({exc.strerror or exc})",
                           hint="check the URL, the port and that the host is up") from None
@@ -210,6 +245,12 @@ def connect(ep: Endpoint) -> Session:
         Session(si, None, None, ep, "").close()
         raise
     return Session(si, content, host, ep, version)
+
+
+def _no_answer(where: str, seconds: float) -> RemoteError:
+    return RemoteError(f"{where}: no answer within {seconds:g} s",
+                       hint=f"check that HOST:PORT is the vSphere API of an ESXi host or vCenter; ${TIMEOUT_ENV} "
+                            "sets another deadline")
 
 
 def _version(text: str) -> tuple[int, ...]:
