@@ -89,3 +89,19 @@ def test_the_host_going_away_is_one_line_and_the_journal_is_kept(esxi):
     assert "stopped answering" in child.stderr or "cannot connect" in child.stderr, child.stderr[-2000:]
     journal = host.state_dir / "esxi"
     assert any(journal.rglob("journal*")), "the journal must stay for the next run to roll back"
+
+
+def test_a_missing_privilege_is_one_line_naming_the_privilege_and_the_object(esxi):
+    from vgpu.sim.vcsim import EsxiSpec
+    from conftest import gpu_vms
+    for method, privilege, obj in (("UpdatePassthruConfig", "Host.Config.PciPassthru", "HostPciPassthruSystem"),
+                                   ("ReconfigVM_Task", "VirtualMachine.Config.AddRemoveDevice", "VirtualMachine vm-")):
+        host = esxi(EsxiSpec(vms=gpu_vms(2), deny={method: privilege}))
+        before = host.snapshot()
+        r = host.run("provision", "--profile", PROFILE, "--yes")
+        assert r.returncode == 8, r.stdout + r.stderr
+        error = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+        assert len(error) == 1 and f"user vgpu-operator lacks the privilege {privilege} on {obj}" in error[0], r.stderr
+        assert "rolled back" in error[0] and "vmodl" not in r.stderr and "Traceback" not in r.stderr
+        assert len(r.stderr.strip().splitlines()) <= 3, r.stderr  # the line, its hint: no pyVmomi dump
+        assert host.snapshot() == before

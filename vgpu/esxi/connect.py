@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from vgpu.errors import HostError, InputError, RefusedError, RemoteError
+from vgpu.errors import HostError, InputError, RefusedError, RemoteError, VgpuError
 
 PASSWORD_ENV = "VGPU_ESXI_PASSWORD"
 USER_ENV = "VGPU_ESXI_USER"
@@ -200,7 +200,7 @@ class Session:
 def connect(ep: Endpoint) -> Session:
     """Log in and find the host. Raises RemoteError (exit 9), RefusedError (exit 4)."""
     from pyVim.connect import SmartConnect
-    from pyVmomi import vim
+    from pyVmomi import vim, vmodl
 
     deadline = timeout()
     kwargs = dict(host=ep.host, port=ep.port, user=ep.user, pwd=ep.password, httpConnectionTimeout=deadline,
@@ -241,6 +241,9 @@ def connect(ep: Endpoint) -> Session:
                                "or later (ROCm 7.0 supports MI300X on ESXi 8)",
                                hint="upgrade the host to ESXi 8")
         host = _find_host(content, ep)
+    except vmodl.MethodFault as exc:  # NoPermission for System.View, say
+        Session(si, None, None, ep, "").close()
+        raise fault_error(exc, where, ep.user) from None
     except BaseException:
         Session(si, None, None, ep, "").close()
         raise
@@ -287,6 +290,30 @@ def task_error(exc) -> str:
         parts.append(getattr(m, "message", "") or "")
     text = "; ".join(dict.fromkeys(p for p in parts if p and not p.startswith("*types.")))
     return text or type(exc).__name__
+
+
+def fault_error(exc, where: str, user: str) -> VgpuError:
+    """One line for a vSphere fault that is not a VimFault (a RuntimeFault or SecurityError: pyVmomi's str()
+    of it is a 10-line dump), naming what the administrator needs: the privilege id and the object for
+    NoPermission (exit 9, docs/exit-codes.md), the object for ManagedObjectNotFound (exit 1)."""
+    from pyVmomi import vim, vmodl
+
+    obj = getattr(exc, "object", None) or getattr(exc, "obj", None)
+    named = f"{obj._wsdlName} {obj._moId}" if obj is not None and hasattr(obj, "_moId") else "the object"
+    if isinstance(exc, vim.fault.NoPermission):
+        return RemoteError(f"{where}: user {user} lacks the privilege {exc.privilegeId} on {named}",
+                           hint=f"add {exc.privilegeId} to the role of {user} on that object (docs/esxi.md, "
+                                "The vSphere role)")
+    if isinstance(exc, vim.fault.NotAuthenticated):
+        return RemoteError(f"{where}: the session of user {user} is not authenticated any more",
+                           hint="check the account and rerun")
+    if isinstance(exc, vmodl.fault.ManagedObjectNotFound):
+        return HostError(f"{where}: {named} no longer exists (removed while vgpu was working)",
+                         hint="run vgpu again: it reads the host afresh")
+    if isinstance(exc, vmodl.fault.HostNotConnected):
+        return RemoteError(f"{where}: the host is not connected to its vCenter",
+                           hint="reconnect it in the vSphere client, then run vgpu again")
+    return HostError(f"{where}: {type(exc).__name__}: {task_error(exc)}")
 
 
 def host_error(what: str, exc) -> HostError:

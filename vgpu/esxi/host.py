@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from vgpu.errors import HostError, InputError, InUseError, RemoteError
 from vgpu.esxi import specs
-from vgpu.esxi.connect import Session, task_error
+from vgpu.esxi.connect import Session, fault_error, task_error
 from vgpu.hypervisor.base import DomainInfo, holding
 from vgpu.model.pci import PciAddress
 
@@ -274,7 +274,7 @@ class EsxiHost:
     def _call(self, fn):
         """Run ``fn``; when the session was dropped (expired, or terminated by an administrator) log in
         again once and retry. A host that stops answering is one RemoteError."""
-        from pyVmomi import vim
+        from pyVmomi import vim, vmodl
 
         try:
             try:
@@ -282,6 +282,10 @@ class EsxiHost:
             except vim.fault.NotAuthenticated:
                 self._relogin()
                 return fn()
+        except vim.fault.VimFault:
+            raise  # the caller says what it means for its operation
+        except vmodl.MethodFault as exc:  # RuntimeFault, SecurityError: one line, never pyVmomi's dump
+            raise fault_error(exc, self.label, self.session.endpoint.user) from None
         except (ConnectionError, OSError) as exc:
             raise RemoteError(f"{self.label} stopped answering ({type(exc).__name__}: {exc})",
                               hint="check the host and the network; rerun vgpu, which rolls back an interrupted "
