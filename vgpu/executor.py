@@ -320,7 +320,12 @@ class Executor:
         """Roll back, first marking the journal so that a crash during the rollback is never taken
         for a run whose steps all completed."""
         data["rolling_back"] = True
-        self.journal.save(data)
+        try:
+            self.journal.save(data)
+        except (VgpuError, OSError):
+            # a full or failing disk (often why the step failed): roll back all the same. Each entry was saved
+            # before its step ran, so the journal on disk still names every step to undo if this run dies too
+            pass
         return self._rollback(done)
 
     def _rollback(self, done: list[tuple[Step, dict]]) -> list[str]:

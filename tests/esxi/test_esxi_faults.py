@@ -105,3 +105,25 @@ def test_a_missing_privilege_is_one_line_naming_the_privilege_and_the_object(esx
         assert "rolled back" in error[0] and "vmodl" not in r.stderr and "Traceback" not in r.stderr
         assert len(r.stderr.strip().splitlines()) <= 3, r.stderr  # the line, its hint: no pyVmomi dump
         assert host.snapshot() == before
+
+
+def test_a_full_state_disk_mid_run_rolls_the_host_back_and_says_so(esxi, tmp_path):
+    """The journal is saved before each step; when it cannot be (ENOSPC on a 12 KiB tmpfs: the lock and one
+    4 KiB journal fit, the journal's atomic replace past 4 KiB does not), the steps already applied are rolled
+    back all the same and the message says so (it said only 'cannot write journal.json', host changed)."""
+    import pytest
+    host = esxi()
+    mnt = host.state_dir
+    mnt.mkdir(parents=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12k", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        before = host.snapshot()
+        r = host.run("provision", "--profile", PROFILE, "--yes")
+        assert r.returncode == 8, r.stdout + r.stderr
+        assert "No space left on device" in r.stderr and "rolled back" in r.stderr, r.stderr
+        assert host.snapshot() == before
+        status = host.run("status")
+        assert status.returncode == 0 and "interrupted" not in status.stdout + status.stderr, status.stdout
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
