@@ -324,3 +324,14 @@ def test_the_line_vgpu_sim_esxi_prints_works_when_pasted(tmp_path, vcsim_binary)
     finally:
         sim.send_signal(signal.SIGTERM)
         sim.wait(timeout=60)
+
+
+def test_the_hosts_own_version_and_connection_state_are_checked_not_the_endpoints(esxi):
+    old_host = esxi(EsxiSpec(vms=gpu_vms(1), api_version="7.0.3.0", vcenter_api_version="8.0.3.0"))
+    r = old_host.run("plan", "--profile", PROFILE)  # an ESXi 7 host behind a vCenter 8
+    assert r.returncode == 4 and "host esxi-sim-01 runs vSphere API 7.0.3.0 (VMware ESXi 7.0.3" in r.stderr, r.stderr
+    shown = esxi(EsxiSpec(vms=gpu_vms(1), vcenter_api_version="8.0.2.0")).run("discover")
+    assert "VMware ESXi 8.0.3" in shown.stdout and "vCenter" not in shown.stdout, shown.stdout
+    lost = esxi(EsxiSpec(vms=gpu_vms(1), connection_state="notResponding"))
+    r = lost.run("discover")
+    assert r.returncode == 9 and "host esxi-sim-01 is notResponding" in r.stderr, r.stderr

@@ -61,6 +61,7 @@ import (
 	"github.com/vmware/govmomi/object"
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/simulator/esx"
+	"github.com/vmware/govmomi/vim25"
 	"github.com/vmware/govmomi/vim25/methods"
 	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/soap"
@@ -111,6 +112,10 @@ type Spec struct {
 	ExpireSession []string `json:"expire_session_on_reconfigure"`
 	// Deny: method name (UpdatePassthruConfig, ReconfigVM_Task) -> the privilege id NoPermission names
 	Deny map[string]string `json:"deny"`
+	// VCenterAPIVersion: serve the service content of a vCenter of that version (about), the host keeping its own
+	// config.product (APIVersion): an ESXi 7 host behind a vCenter 8
+	VCenterAPIVersion string `json:"vcenter_api_version"`
+	ConnectionState   string `json:"connection_state"` // the host's runtime.connectionState (default connected)
 }
 
 type state struct {
@@ -526,6 +531,17 @@ func (vm *PassthruVM) PowerOffVMTask(ctx *simulator.Context, req *types.PowerOff
 	return vm.VirtualMachine.PowerOffVMTask(ctx, req)
 }
 
+// about is an AboutInfo of the product and API version ("8.0.3.0": version 8.0.3).
+func about(base types.AboutInfo, apiVersion, product, apiType string) types.AboutInfo {
+	parts := strings.Split(apiVersion, ".")
+	base.ApiVersion = apiVersion
+	base.Version = strings.Join(parts[:3], ".")
+	base.FullName = product + " " + base.Version + " build-24022510 (vgpu-vcsim)"
+	base.Name = product
+	base.ApiType = apiType
+	return base
+}
+
 func selfSigned(certOut string) (tls.Certificate, string, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -649,10 +665,8 @@ func main() {
 	if sim.spec.APIVersion == "" {
 		sim.spec.APIVersion = "8.0.3.0"
 	}
-	parts := strings.Split(sim.spec.APIVersion, ".")
-	esx.ServiceContent.About.ApiVersion = sim.spec.APIVersion
-	esx.ServiceContent.About.Version = strings.Join(parts[:3], ".")
-	esx.ServiceContent.About.FullName = "VMware ESXi " + esx.ServiceContent.About.Version + " build-24022510 (vgpu-vcsim)"
+	hostAbout := about(esx.ServiceContent.About, sim.spec.APIVersion, "VMware ESXi", "HostAgent")
+	esx.ServiceContent.About = hostAbout
 
 	model := simulator.ESX()
 	model.Machine = 0
@@ -667,6 +681,12 @@ func main() {
 		sim.host.Summary.Config.Name = sim.spec.Name
 	}
 	sim.host.Runtime.InMaintenanceMode = sim.spec.Maintenance
+	sim.host.Config.Product = hostAbout // the host's own product, whatever the endpoint's about says
+	sim.host.Summary.Config.Product = &hostAbout
+	if sim.spec.ConnectionState != "" {
+		sim.host.Runtime.ConnectionState = types.HostSystemConnectionState(sim.spec.ConnectionState)
+		sim.host.Summary.Runtime = &sim.host.Runtime
+	}
 	var pci []types.HostPciDevice
 	for i := range sim.spec.Devices {
 		pci = append(pci, pciDevice(&sim.spec.Devices[i]))
@@ -755,6 +775,10 @@ func main() {
 	ctx := context.Background()
 	if err := createVMs(ctx, &admin); err != nil {
 		log.Fatalf("creating VMs: %v", err)
+	}
+	if sim.spec.VCenterAPIVersion != "" { // after createVMs: govmomi's own client takes other paths for a vCenter
+		si := simulator.Map.Get(vim25.ServiceInstance).(*simulator.ServiceInstance)
+		si.Content.About = about(hostAbout, sim.spec.VCenterAPIVersion, "VMware vCenter Server", "VirtualCenter")
 	}
 	public := *server.URL
 	public.User = nil

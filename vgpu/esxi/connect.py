@@ -187,7 +187,7 @@ class Session:
     content: object
     host: object  # vim.HostSystem
     endpoint: Endpoint
-    api_version: str
+    api_version: str  # the host's own (config.product), not a vCenter's
 
     def close(self) -> None:
         from pyVim.connect import Disconnect
@@ -235,12 +235,8 @@ def connect(ep: Endpoint) -> Session:
         raise RemoteError(f"{where}: not a vSphere API endpoint ({type(exc).__name__}: {exc})") from None
     try:
         content = si.RetrieveContent()
-        version = str(content.about.apiVersion)
-        if _version(version) < MIN_API:
-            raise RefusedError(f"{where} runs vSphere API {version} ({content.about.fullName}); vgpu needs ESXi 8.0 "
-                               "or later (ROCm 7.0 supports MI300X on ESXi 8)",
-                               hint="upgrade the host to ESXi 8")
         host = _find_host(content, ep)
+        version = _check_host(host, ep, where)
     except vmodl.MethodFault as exc:  # NoPermission for System.View, say
         Session(si, None, None, ep, "").close()
         raise fault_error(exc, where, ep.user) from None
@@ -248,6 +244,23 @@ def connect(ep: Endpoint) -> Session:
         Session(si, None, None, ep, "").close()
         raise
     return Session(si, content, host, ep, version)
+
+
+def _check_host(host, ep: Endpoint, where: str) -> str:
+    """The host's own product and state, not the endpoint's: through vCenter, ``content.about`` is the
+    vCenter's (an ESXi 7 host behind vCenter 8 would pass an 8.0 gate), and a host vCenter lost contact with
+    answers with stale data. Returns the host's API version."""
+    product = host.summary.config.product or host.config.product
+    version, name = str(product.apiVersion), str(host.name)
+    if _version(version) < MIN_API:
+        raise RefusedError(f"{where}: host {name} runs vSphere API {version} ({product.fullName}); vgpu needs ESXi 8.0 "
+                           "or later (ROCm 7.0 supports MI300X on ESXi 8)",
+                           hint="upgrade the host to ESXi 8")
+    state = str(host.runtime.connectionState)
+    if state != "connected":
+        raise RemoteError(f"{where}: host {name} is {state} (runtime.connectionState): its configuration cannot be "
+                          "read or changed now", hint="reconnect the host in the vSphere client, then run vgpu again")
+    return version
 
 
 def _no_answer(where: str, seconds: float) -> RemoteError:

@@ -186,7 +186,7 @@ class EsxiHost:
                                      bool(info and info.passthruEnabled), bool(info and info.passthruActive),
                                      numa.get(d.id.lower())))
         return HostState(str(host.name), self.uuid, self.session.api_version,
-                         str(self.session.content.about.fullName), bool(host.runtime.inMaintenanceMode),
+                         str(host.summary.config.product.fullName), bool(host.runtime.inMaintenanceMode),
                          tuple(sorted(devices, key=lambda d: d.address)), tuple(self._vms()))
 
     def _vms(self) -> list[VmConfig]:

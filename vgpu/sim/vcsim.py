@@ -90,6 +90,8 @@ class EsxiSpec:
     enabled: list[str] = field(default_factory=list)  # addresses whose passthrough is on (and active) already
     expire_session_on_reconfigure: list[str] = field(default_factory=list)  # VMs whose reconfigure ends the session
     deny: dict[str, str] = field(default_factory=dict)  # method -> privilege id of the NoPermission it fails with
+    vcenter_api_version: str = ""  # the endpoint's about is a vCenter's of this version (the host keeps its own)
+    connection_state: str = ""  # the host's runtime.connectionState ("" connected)
 
     def document(self) -> dict:
         from vgpu.sim.presets import resolve
@@ -115,7 +117,8 @@ class EsxiSpec:
                 "vms": [{"name": v.name, "memory_mb": v.memory_mb, "cpus": v.cpus, "powered_on": v.powered_on,
                          "firmware": v.firmware, "disk_mb": v.disk_mb} for v in self.vms],
                 "fail_reconfigure": list(self.fail_reconfigure),
-                "expire_session_on_reconfigure": list(self.expire_session_on_reconfigure), "deny": dict(self.deny)}
+                "expire_session_on_reconfigure": list(self.expire_session_on_reconfigure), "deny": dict(self.deny),
+                "vcenter_api_version": self.vcenter_api_version, "connection_state": self.connection_state}
 
 
 def _vendor(vendor: int) -> str:
