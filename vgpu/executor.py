@@ -287,6 +287,9 @@ class Executor:
                     self._fire(index, step, "after")
                     outcome.applied.append(step.describe())
                 except Exception as exc:  # anything, not just our errors: a half-applied host is rolled back
+                    if getattr(exc, "unsettled", False):
+                        raise  # the step may still be running on the host (an ESXi task past its deadline):
+                        # undoing now would race it; the journal stays, as after a crash, for the next run
                     self._undo(data, done, outcome, exc, f"step {index + 1} ({step.describe()}) failed: ")
                 if signals.received:
                     self._undo_interrupted(data, done, outcome, signals.received,

@@ -127,3 +127,18 @@ def test_a_full_state_disk_mid_run_rolls_the_host_back_and_says_so(esxi, tmp_pat
         assert status.returncode == 0 and "interrupted" not in status.stdout + status.stderr, status.stdout
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_task_that_never_ends_is_reported_by_reference_and_never_blindly_rolled_back(esxi):
+    from vgpu.sim.vcsim import EsxiSpec
+    from conftest import gpu_vms
+    host = esxi(EsxiSpec(vms=gpu_vms(2), hang_reconfigure=["gpu-vm-01"]))
+    r = host.run("provision", "--profile", PROFILE, "--yes", env={"VGPU_ESXI_TASK_TIMEOUT": "1"})
+    assert r.returncode == 9, r.stdout + r.stderr
+    assert "ESXi esxi-sim-01: task task-" in r.stderr and "is still running after 1 s" in r.stderr, r.stderr
+    assert "did not roll back" in r.stderr and "Traceback" not in r.stderr
+    mid = host.snapshot()
+    assert mid["gpu-vm-00"]["devices"] and mid["passthrough"][GPUS[0]] == (True, True)  # not raced by an undo
+    assert any((host.state_dir / "esxi").rglob("journal.json"))
+    status = host.run("status")
+    assert status.returncode == 1 and "interrupted" in status.stdout + status.stderr

@@ -114,8 +114,9 @@ type Spec struct {
 	Deny map[string]string `json:"deny"`
 	// VCenterAPIVersion: serve the service content of a vCenter of that version (about), the host keeping its own
 	// config.product (APIVersion): an ESXi 7 host behind a vCenter 8
-	VCenterAPIVersion string `json:"vcenter_api_version"`
-	ConnectionState   string `json:"connection_state"` // the host's runtime.connectionState (default connected)
+	VCenterAPIVersion string   `json:"vcenter_api_version"`
+	HangReconfigure   []string `json:"hang_reconfigure"` // VMs whose reconfigure task stays running for ever
+	ConnectionState   string   `json:"connection_state"` // the host's runtime.connectionState (default connected)
 }
 
 type state struct {
@@ -353,6 +354,11 @@ func (vm *PassthruVM) ReconfigVMTask(ctx *simulator.Context, req *types.Reconfig
 	if f := denied("ReconfigVM_Task", vm.Self); f != nil {
 		return &methods.ReconfigVM_TaskBody{Fault_: simulator.Fault("", f)}
 	}
+	if hangs(vm.Name) {
+		task := simulator.CreateTask(vm, "reconfigVm", nil)
+		simulator.Map.Update(task, []types.PropertyChange{{Name: "info.state", Val: types.TaskInfoStateRunning}})
+		return &methods.ReconfigVM_TaskBody{Res: &types.ReconfigVM_TaskResponse{Returnval: task.Self}}
+	}
 	task := simulator.CreateTask(vm, "reconfigVm", func(t *simulator.Task) (types.AnyType, types.BaseMethodFault) {
 		if req.Spec.ChangeVersion != "" && req.Spec.ChangeVersion != vm.Config.ChangeVersion {
 			return nil, &types.ConcurrentAccess{}
@@ -382,6 +388,18 @@ func (vm *PassthruVM) ReconfigVMTask(ctx *simulator.Context, req *types.Reconfig
 		simulator.Map.SessionManager().TerminateSession(other, &types.TerminateSession{SessionId: []string{ctx.Session.Key}})
 	}
 	return &methods.ReconfigVM_TaskBody{Res: &types.ReconfigVM_TaskResponse{Returnval: ref}}
+}
+
+// hangs says whether a reconfigure of the VM is a task that never ends (it changes nothing).
+func hangs(name string) bool {
+	sim.mu.Lock()
+	defer sim.mu.Unlock()
+	for _, n := range sim.spec.HangReconfigure {
+		if n == name {
+			return true
+		}
+	}
+	return false
 }
 
 // expireOnce says whether this reconfigure of the VM ends the caller's session (once per VM).

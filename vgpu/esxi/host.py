@@ -12,6 +12,8 @@ the journal's undo work the same on both platforms.
 from __future__ import annotations
 
 import json
+import os
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -24,6 +26,35 @@ from vgpu.model.pci import PciAddress
 # vSphere power states -> the libvirt state names the rest of vgpu uses (an active VM holds its devices)
 POWER_STATES = {"poweredOn": "running", "poweredOff": "shutoff", "suspended": "pmsuspended"}
 TASK_TIMEOUT = 600.0  # seconds; a reconfigure takes seconds on a real host
+TASK_TIMEOUT_ENV = "VGPU_ESXI_TASK_TIMEOUT"
+
+
+def task_timeout() -> float:
+    """How long a vSphere task may run before vgpu stops waiting ($VGPU_ESXI_TASK_TIMEOUT, else 600 s)."""
+    text = os.environ.get(TASK_TIMEOUT_ENV)
+    if not text:
+        return TASK_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0.1 <= value <= 86400:
+        raise InputError(f"${TASK_TIMEOUT_ENV}={text[:40]!r}: give the seconds a vSphere task may take, 0.1 to 86400")
+    return value
+
+
+class TaskStillRunning(RemoteError):
+    """A task that did not end by its deadline. Its outcome is unknown, so the executor does not roll back
+    (the undo would race the task on the host): the journal stays, as after a crash, and the next run rolls
+    back once the task has ended (``unsettled``, vgpu/executor.py)."""
+
+    unsettled = True
+
+    def __init__(self, task, state: str, limit: float, label: str):
+        super().__init__(f"{label}: task {task._moId} is still {state} after {limit:g} s; vgpu stopped waiting and "
+                         "did not roll back while it runs (the journal is kept)",
+                         hint=f"watch task {task._moId} in the vSphere client; once it has ended, `vgpu provision` or "
+                              f"`vgpu release` rolls this run back first (${TASK_TIMEOUT_ENV} sets another deadline)")
 
 
 @dataclass(frozen=True)
@@ -260,8 +291,35 @@ class EsxiHost:
             raise HostError(f"{what}: {task_error(exc)}") from None
 
     def _wait(self, task) -> None:
-        from pyVim.task import WaitForTask
-        WaitForTask(task, raiseOnError=True, si=self.session.si)
+        """Wait for ``task`` with a deadline (``$VGPU_ESXI_TASK_TIMEOUT``, else TASK_TIMEOUT seconds), blocking in
+        ``WaitForUpdatesEx`` with ``maxWaitSeconds`` below the socket deadline, so that a task that posts no
+        update for a while is waited on, not taken for a dead host. Past the deadline: TaskStillRunning."""
+        from pyVmomi import vim, vmodl
+
+        from vgpu.esxi.connect import timeout
+
+        pc = self.session.content.propertyCollector
+        deadline, limit = time.monotonic() + task_timeout(), task_timeout()
+        spec = vmodl.query.PropertyCollector.FilterSpec(
+            objectSet=[vmodl.query.PropertyCollector.ObjectSpec(obj=task)],
+            propSet=[vmodl.query.PropertyCollector.PropertySpec(type=vim.Task, pathSet=["info.state"])])
+        flt = pc.CreateFilter(spec, partialUpdates=False)
+        try:
+            version = ""
+            while True:
+                info = task.info
+                if info.state == vim.TaskInfo.State.success:
+                    return
+                if info.state == vim.TaskInfo.State.error:
+                    raise info.error
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TaskStillRunning(task, str(info.state), limit, self.label)
+                wait = max(1, int(min(remaining, timeout() / 2)))
+                update = pc.WaitForUpdatesEx(version, vmodl.query.PropertyCollector.WaitOptions(maxWaitSeconds=wait))
+                version = update.version if update is not None else version
+        finally:
+            flt.Destroy()
 
     # -- plumbing ------------------------------------------------------------------------------------
 

@@ -92,6 +92,7 @@ class EsxiSpec:
     deny: dict[str, str] = field(default_factory=dict)  # method -> privilege id of the NoPermission it fails with
     vcenter_api_version: str = ""  # the endpoint's about is a vCenter's of this version (the host keeps its own)
     connection_state: str = ""  # the host's runtime.connectionState ("" connected)
+    hang_reconfigure: list[str] = field(default_factory=list)  # VMs whose reconfigure task never ends
 
     def document(self) -> dict:
         from vgpu.sim.presets import resolve
@@ -118,7 +119,8 @@ class EsxiSpec:
                          "firmware": v.firmware, "disk_mb": v.disk_mb} for v in self.vms],
                 "fail_reconfigure": list(self.fail_reconfigure),
                 "expire_session_on_reconfigure": list(self.expire_session_on_reconfigure), "deny": dict(self.deny),
-                "vcenter_api_version": self.vcenter_api_version, "connection_state": self.connection_state}
+                "vcenter_api_version": self.vcenter_api_version, "connection_state": self.connection_state,
+                "hang_reconfigure": list(self.hang_reconfigure)}
 
 
 def _vendor(vendor: int) -> str:
