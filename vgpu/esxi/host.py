@@ -1,8 +1,8 @@
 """What vgpu reads from and changes on an ESXi host, through the vSphere API. The only module that
 calls pyVmomi objects (besides the connection and the spec builders in vgpu/esxi/specs.py).
 
-Reading gives plain data (:class:`HostState`: PCI devices with their passthrough state, VMs with
-their passthrough devices and settings). Changing is three operations: toggle passthrough on a
+Reading gives plain data (:class:`HostState`, vgpu/esxi/model.py: PCI devices with their passthrough
+state, VMs with their passthrough devices and settings), in one PropertyCollector round trip. Changing is three operations: toggle passthrough on a
 device (``HostPciPassthruSystem.UpdatePassthruConfig``), and reconfigure a powered-off VM to add or
 remove GPUs (``ReconfigVM_Task``), or to put back a saved configuration. :class:`EsxiHypervisor`
 gives the VM side the same interface libvirt's has (vgpu/hypervisor/base.py), so the VM planning and
@@ -15,16 +15,14 @@ import json
 import os
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 
 from vgpu.errors import HostError, InputError, InUseError, RemoteError
 from vgpu.esxi import specs
 from vgpu.esxi.connect import Session, fault_error, task_error
+from vgpu.esxi.model import POWER_STATES, DynamicDevice, HostState, PciDevice, VmConfig, retrieve  # noqa: F401
 from vgpu.hypervisor.base import DomainInfo, holding
 from vgpu.model.pci import PciAddress
 
-# vSphere power states -> the libvirt state names the rest of vgpu uses (an active VM holds its devices)
-POWER_STATES = {"poweredOn": "running", "poweredOff": "shutoff", "suspended": "pmsuspended"}
 TASK_TIMEOUT = 600.0  # seconds; a reconfigure takes seconds on a real host
 TASK_TIMEOUT_ENV = "VGPU_ESXI_TASK_TIMEOUT"
 
@@ -57,132 +55,6 @@ class TaskStillRunning(RemoteError):
                               f"`vgpu release` rolls this run back first (${TASK_TIMEOUT_ENV} sets another deadline)")
 
 
-@dataclass(frozen=True)
-class PciDevice:
-    address: PciAddress
-    vendor: int
-    device: int
-    subsystem: tuple[int, int]
-    class_id: int  # 16-bit class/subclass, as the API gives it
-    name: str
-    capable: bool = False
-    enabled: bool = False
-    active: bool = False
-    numa_node: int | None = None
-
-
-@dataclass(frozen=True)
-class DynamicDevice:
-    """A Dynamic DirectPath I/O device of a VM (VirtualPCIPassthrough.DynamicBackingInfo): it names no
-    host function, only the ids it accepts; ESXi picks a free matching device at power-on (assignedId)."""
-
-    allowed: tuple[tuple[int, int], ...]  # (vendorId, deviceId)
-    label: str = ""  # customLabel: the hardware label a host device must carry too
-    assigned: PciAddress | None = None  # the function ESXi gave it (while the VM runs)
-
-    def accepts(self, device: "PciDevice") -> bool:
-        return (device.vendor, device.device) in self.allowed
-
-    def describe(self) -> str:
-        ids = ", ".join(f"{v:04x}:{d:04x}" for v, d in self.allowed)
-        return f"Dynamic DirectPath I/O, allowed {ids}" + (f", label {self.label}" if self.label else "")
-
-
-@dataclass(frozen=True)
-class VmConfig:
-    name: str
-    uuid: str
-    power: str  # poweredOn | poweredOff | suspended
-    firmware: str  # bios | efi
-    memory_mb: int
-    locked: bool  # memoryReservationLockedToMax
-    passthrough: tuple[PciAddress, ...]  # host functions its configuration has (VirtualPCIPassthrough)
-    extra: dict[str, str] = field(default_factory=dict)  # extraConfig
-    disks: int = 0  # virtual disks: an installed guest boots with the firmware it was installed with
-    change_version: str = ""  # config.changeVersion: a reconfigure naming it is refused after another edit
-    dynamic: tuple[DynamicDevice, ...] = ()
-
-    @property
-    def assigned(self) -> tuple[PciAddress, ...]:
-        """The functions vgpu attached (its mark in extraConfig), of those the VM still has."""
-        return tuple(a for a in specs.parse_mark(self.extra.get(specs.MARK_KEY, "")) if a in self.passthrough)
-
-    @property
-    def in_use(self) -> tuple[PciAddress, ...]:
-        """The host functions it holds now: its fixed devices, and those Dynamic DirectPath I/O assigned it."""
-        return tuple(dict.fromkeys((*self.passthrough, *(d.assigned for d in self.dynamic if d.assigned))))
-
-    def holds(self, device: "PciDevice") -> str | None:
-        """How this VM holds (or will take, at power-on) ``device``: a sentence, or None."""
-        if device.address in self.passthrough:
-            return "its configuration has it"
-        for d in self.dynamic:
-            if d.assigned == device.address:
-                return f"ESXi assigned it at power-on ({d.describe()})"
-            if d.assigned is None and self.power == "poweredOff" and d.accepts(device):
-                return f"it can take it at power-on ({d.describe()})"
-        return None
-
-    def domain(self) -> DomainInfo:
-        return DomainInfo(self.name, self.uuid, POWER_STATES.get(self.power, self.power), self.in_use,
-                          assigned=self.assigned)
-
-
-@dataclass(frozen=True)
-class HostState:
-    name: str
-    uuid: str
-    api_version: str
-    product: str
-    maintenance: bool
-    devices: tuple[PciDevice, ...]
-    vms: tuple[VmConfig, ...]
-
-    def device(self, address: PciAddress) -> PciDevice | None:
-        return next((d for d in self.devices if d.address == address), None)
-
-    def vm(self, name: str) -> VmConfig | None:
-        return next((v for v in self.vms if v.name == name), None)
-
-    def holders(self, address: PciAddress, *, besides: str | None = None) -> list[tuple[VmConfig, str]]:
-        """Every VM (but ``besides``) that holds the function or can take it at power-on, with how: a fixed
-        DirectPath device, or a Dynamic DirectPath I/O device (assigned, or whose allowed ids match)."""
-        device = self.device(address)
-        if device is None:
-            return [(v, "its configuration has it") for v in self.vms if v.name != besides and address in v.passthrough]
-        return [(v, how) for v in self.vms if v.name != besides and (how := v.holds(device))]
-
-
-def _passthrough_devices(devices) -> tuple[list[PciAddress], list[DynamicDevice]]:
-    """A VM's DirectPath I/O devices: fixed ones (DeviceBackingInfo: the host function) and Dynamic
-    DirectPath I/O ones (DynamicBackingInfo: allowed ids, and the function assigned at power-on)."""
-    from pyVmomi import vim
-
-    fixed, dynamic = [], []
-    for dev in devices:
-        if not isinstance(dev, vim.vm.device.VirtualPCIPassthrough):
-            continue
-        b = dev.backing
-        if isinstance(b, vim.vm.device.VirtualPCIPassthrough.DeviceBackingInfo):
-            try:
-                fixed.append(PciAddress.parse(b.id))
-            except InputError:
-                continue
-        elif isinstance(b, vim.vm.device.VirtualPCIPassthrough.DynamicBackingInfo):
-            try:
-                assigned = PciAddress.parse(b.assignedId) if b.assignedId else None
-            except InputError:
-                assigned = None
-            dynamic.append(DynamicDevice(tuple((_u16(a.vendorId), _u16(a.deviceId)) for a in b.allowedDevice or ()),
-                                         str(b.customLabel or ""), assigned))
-    return fixed, dynamic
-
-
-def _u16(value) -> int:
-    """The API's signed xsd:short ids (two's complement above 0x7fff) as the unsigned PCI id."""
-    return int(value) & 0xFFFF
-
-
 class EsxiHost:
     """One ESXi host behind a logged-in session."""
 
@@ -197,46 +69,9 @@ class EsxiHost:
         return self._call(self._read)
 
     def _read(self) -> HostState:
-        host = self.session.host
-        hw = host.hardware
-        numa = {}
-        for node in (getattr(getattr(hw, "numaInfo", None), "numaNode", None) or ()):
-            for pci in node.pciId or ():
-                numa[str(pci).lower()] = int(node.typeId)
-        infos = {i.id.lower(): i for i in (host.config.pciPassthruInfo or ())}
-        devices = []
-        for d in hw.pciDevice or ():
-            try:
-                address = PciAddress.parse(d.id)
-            except InputError:
-                continue  # an id this version cannot read: not a GPU vgpu can assign
-            info = infos.get(d.id.lower())
-            devices.append(PciDevice(address, _u16(d.vendorId), _u16(d.deviceId),
-                                     (_u16(d.subVendorId), _u16(d.subDeviceId)), _u16(d.classId),
-                                     str(d.deviceName or ""), bool(info and info.passthruCapable),
-                                     bool(info and info.passthruEnabled), bool(info and info.passthruActive),
-                                     numa.get(d.id.lower())))
-        return HostState(str(host.name), self.uuid, self.session.api_version,
-                         str(host.summary.config.product.fullName), bool(host.runtime.inMaintenanceMode),
-                         tuple(sorted(devices, key=lambda d: d.address)), tuple(self._vms()))
-
-    def _vms(self) -> list[VmConfig]:
-        from pyVmomi import vim
-
-        out = []
-        for vm in self.session.host.vm or ():
-            cfg = vm.config
-            if cfg is None or cfg.template:
-                continue
-            devices = cfg.hardware.device or ()
-            functions, dynamic = _passthrough_devices(devices)
-            extra = {str(o.key): str(o.value) for o in cfg.extraConfig or ()}
-            out.append(VmConfig(str(vm.name), str(cfg.uuid), str(vm.runtime.powerState), str(cfg.firmware or "bios"),
-                                int(cfg.hardware.memoryMB), bool(cfg.memoryReservationLockedToMax),
-                                tuple(functions), extra,
-                                disks=sum(isinstance(d, vim.vm.device.VirtualDisk) for d in devices),
-                                change_version=str(cfg.changeVersion or ""), dynamic=tuple(dynamic)))
-        return sorted(out, key=lambda v: v.name)
+        state = retrieve(self.session, self.uuid)  # one round trip (vgpu/esxi/model.py)
+        self._refs = {v.name: v.ref for v in state.vms}
+        return state
 
     def passthrough_targets(self, vm_name: str) -> dict[PciAddress, tuple[object, str]]:
         """The devices ESXi offers this VM for DirectPath I/O: address -> (HostPciDevice, systemId)."""
@@ -324,10 +159,13 @@ class EsxiHost:
     # -- plumbing ------------------------------------------------------------------------------------
 
     def _vm_object(self, name: str):
-        for vm in self.session.host.vm or ():
-            if vm.name == name:
-                return vm
-        raise HostError(f"{self.label} has no VM named {name}")
+        """The VM's managed object, from the last read (its MoRef: no round trip per VM to find it by name)."""
+        ref = getattr(self, "_refs", {}).get(name)
+        if ref is None:
+            ref = {v.name: v.ref for v in self._read().vms}.get(name)
+        if ref is None:
+            raise HostError(f"{self.label} has no VM named {name}")
+        return ref
 
     def _call(self, fn):
         """Run ``fn``; when the session was dropped (expired, or terminated by an administrator) log in
@@ -393,7 +231,7 @@ class EsxiHypervisor:
     def detach(self, domain: str, addresses: Sequence[PciAddress], *, version: str | None = None) -> None:
         vm = self._powered_off(domain, "detaching GPUs")
         remaining = [a for a in vm.passthrough if a not in addresses]
-        spec = specs.detach_spec(self._device_objects(domain), addresses, vm,
+        spec = specs.detach_spec(self._device_objects(vm), addresses, vm,
                                  sum(self.bars.get(a, 0) for a in remaining))
         self.host.reconfigure(domain, spec, f"detaching {', '.join(map(str, addresses))} from VM {domain}",
                               version=version or vm.change_version)
@@ -404,12 +242,12 @@ class EsxiHypervisor:
         vm = self.host.read().vm(domain)
         if vm is None:
             raise HostError(f"{self.host.label} has no VM named {domain}")
-        return specs.saved_config(vm, self._backings(domain))
+        return specs.saved_config(vm, self._backings(vm))
 
     def restore(self, domain: str, saved: str) -> None:
         vm = self._powered_off(domain, "restoring the configuration")
         data = json.loads(saved)
-        spec = specs.restore_spec(vm, self._device_objects(domain), data)
+        spec = specs.restore_spec(vm, self._device_objects(vm), data)
         if spec is not None:
             self.host.reconfigure(domain, spec, f"restoring VM {domain}'s configuration", version=vm.change_version)
 
@@ -422,20 +260,18 @@ class EsxiHypervisor:
                              "is off", hint="power it off, then run vgpu again")
         return vm
 
-    def _device_objects(self, domain: str) -> list:
+    @staticmethod
+    def _device_objects(vm: VmConfig) -> list:
+        """Its fixed DirectPath devices, as read: vgpu attaches and restores those; a Dynamic DirectPath I/O
+        device (no host function in its backing) is the administrator's and is never touched."""
         from pyVmomi import vim
 
-        def read():
-            vm = self.host._vm_object(domain)
-            # fixed DirectPath devices only: vgpu attaches and restores those; a Dynamic DirectPath I/O device
-            # (no host function in its backing) is the administrator's and is never touched
-            return [d for d in vm.config.hardware.device or () if isinstance(d, vim.vm.device.VirtualPCIPassthrough)
-                    and isinstance(d.backing, vim.vm.device.VirtualPCIPassthrough.DeviceBackingInfo)]
-        return self.host._call(read)
+        return [d for d in vm.devices if isinstance(d, vim.vm.device.VirtualPCIPassthrough)
+                and isinstance(d.backing, vim.vm.device.VirtualPCIPassthrough.DeviceBackingInfo)]
 
-    def _backings(self, domain: str) -> list[dict]:
+    def _backings(self, vm: VmConfig) -> list[dict]:
         out = []
-        for dev in self._device_objects(domain):
+        for dev in self._device_objects(vm):
             b = dev.backing
             out.append({"id": str(b.id), "deviceId": str(b.deviceId), "vendorId": int(b.vendorId),
                         "systemId": str(b.systemId), "deviceName": str(getattr(b, "deviceName", "") or "")})

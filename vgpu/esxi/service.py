@@ -14,7 +14,6 @@ import contextlib
 import re
 import signal
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from vgpu.errors import ApplyError, InputError, InterruptedRun, RefusedError, VgpuError
 from vgpu.esxi import planner, state as esxi_state
