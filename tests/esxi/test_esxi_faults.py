@@ -142,3 +142,31 @@ def test_a_task_that_never_ends_is_reported_by_reference_and_never_blindly_rolle
     assert any((host.state_dir / "esxi").rglob("journal.json"))
     status = host.run("status")
     assert status.returncode == 1 and "interrupted" in status.stdout + status.stderr
+
+
+def test_a_journal_restore_names_the_hosts_systemid_now_not_the_saved_one(esxi):
+    """After an ESXi reinstall the host's systemId changes; a journal written before names the old one, and a
+    backing with it is refused by ESXi. The restore puts the device back with the systemId the host has now."""
+    import json
+
+    from conftest import gpu_vms
+    from vgpu.model.plan import AttachPassthrough
+    from vgpu.model.pci import PciAddress
+    from vgpu.sim.vcsim import SYSTEM_ID, EsxiSpec
+    host = esxi(EsxiSpec(vms=gpu_vms(1), enabled=[GPUS[0]]))
+    from test_esxi_admin import _host_uuid
+    state = host.state_dir / "esxi" / _host_uuid(host)
+    state.mkdir(parents=True, mode=0o700)
+    state.parent.chmod(0o700)
+    saved = {"firmware": "efi", "locked": True, "extra": {}, "devices": [
+        {"id": GPUS[0], "deviceId": "74a1", "vendorId": 0x1002, "systemId": "00000000-stale-after-reinstall",
+         "deviceName": "MI300X"}]}
+    step = AttachPassthrough("gpu-vm-00", (PciAddress.parse(GPUS[1]),), 512)
+    journal = {"schema": "vgpu.journal/v1", "pid": 1, "profile": PROFILE, "steps": 2, "baseline": {},
+               "entries": [{"step": step.to_dict(), "info": {"saved": json.dumps(saved), "version": ""},
+                            "done": False}]}
+    (state / "journal.json").write_text(json.dumps(journal))
+    (state / "journal.json").chmod(0o600)
+    r = host.run("release", "--yes")
+    assert "undid" in r.stdout, r.stdout + r.stderr
+    assert host.snapshot()["gpu-vm-00"]["devices"] == [(GPUS[0], "74a1", 0x1002, SYSTEM_ID)]

@@ -5,7 +5,7 @@ or ``$VGPU_ESXI_PASSWORD``, and a URL carrying ``user:password@`` is refused. TL
 against the system's CAs (or ``--esxi-ca FILE``); a pinned SHA-256 certificate thumbprint is the
 explicit alternative; ``--insecure`` turns verification off and says so on every run. Every failure
 to connect is one sentence: wrong credentials, unreachable, certificate not trusted or not the
-pinned one, an API older than 8.0, a host in maintenance mode (docs/esxi.md).
+pinned one, an API older than 8.0, a host that is not connected (docs/esxi.md).
 """
 
 from __future__ import annotations

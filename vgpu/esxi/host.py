@@ -247,7 +247,10 @@ class EsxiHypervisor:
     def restore(self, domain: str, saved: str) -> None:
         vm = self._powered_off(domain, "restoring the configuration")
         data = json.loads(saved)
-        spec = specs.restore_spec(vm, self._device_objects(vm), data)
+        now = {str(d.backing.id) for d in self._device_objects(vm)}
+        readd = any(isinstance(b, dict) and b.get("id") not in now for b in data.get("devices", []))
+        ids = {str(a): sid for a, (_, sid) in self.host.passthrough_targets(domain).items()} if readd else {}
+        spec = specs.restore_spec(vm, self._device_objects(vm), data, ids)
         if spec is not None:
             self.host.reconfigure(domain, spec, f"restoring VM {domain}'s configuration", version=vm.change_version)
 

@@ -57,7 +57,7 @@ def findings(state: HostState, gpus) -> list[Finding]:
     out = [Finding("esxi", Severity.OK, f"{state.product} (vSphere API {state.api_version})")]
     if state.maintenance:
         out.append(Finding("maintenance", Severity.WARNING, f"{state.name} is in maintenance mode: its VMs cannot be "
-                           "powered on", "exit maintenance mode once the host is ready"))
+                           "powered on until it exits", "exit maintenance mode once the host is ready"))
     for g in gpus:
         d = state.device(g.address)
         if not d.capable:
@@ -98,9 +98,6 @@ def check(p: PlanInput) -> list[Problem]:
                                 f"is for {p.desired.hypervisor.value}", "use a profile with hypervisor: esxi (for example "
                                 "mi300x-esxi-passthrough)"))
         return problems
-    if p.state.maintenance:
-        problems.append(Problem("host", f"{p.state.name} is in maintenance mode: the VMs vgpu prepares could not be "
-                                "powered on", "exit maintenance mode, then run vgpu again"))
     for t in p.desired.targets:
         d = p.state.device(t.address)
         gpu = p.inventory.gpu(t.address)
@@ -119,6 +116,9 @@ def make_plan(p: PlanInput, warnings: list[str]) -> tuple[Plan, list[Problem]]:
     (they refuse the plan like host problems)."""
     steps: list = []
     pending: list[str] = []
+    if p.state.maintenance:  # the administrator's change window: passthrough, reboot, powered-off VMs, then exit
+        warnings.append(f"{p.state.name} is in maintenance mode: vgpu prepares the host and the powered-off VMs; "
+                        "they can be powered on once it exits maintenance mode")
     for t in p.desired.targets:
         d = p.state.device(t.address)
         if not d.enabled:

@@ -138,16 +138,18 @@ def saved_config(vm, backings: list[dict]) -> str:
                        "extra": {k: vm.extra[k] for k in MANAGED_KEYS if k in vm.extra}}, sort_keys=True)
 
 
-def restore_spec(vm, device_objects: Sequence, saved: dict):
+def restore_spec(vm, device_objects: Sequence, saved: dict, system_ids: dict | None = None):
     """The reconfiguration that turns ``vm`` back into ``saved`` (from :func:`saved_config`), or None
-    when it already is."""
+    when it already is. ``system_ids``: the host's systemId per device now (QueryConfigTarget): a device put
+    back names the host as it is, not as it was when saved (the systemId changes when ESXi is reinstalled)."""
     from pyVmomi import vim
 
     saved_ids = {b["id"]: b for b in saved.get("devices", [])}
     now_ids = {str(d.backing.id) for d in device_objects}
+    current = system_ids or {}
     changes = [_remove(d) for d in device_objects if str(d.backing.id) not in saved_ids]
-    changes += [_add(backing(b["id"], int(b["deviceId"], 16), int(b["vendorId"]), b["systemId"], b.get("deviceName", "")),
-                     -200 - i)
+    changes += [_add(backing(b["id"], int(b["deviceId"], 16), int(b["vendorId"]), current.get(b["id"], b["systemId"]),
+                             b.get("deviceName", "")), -200 - i)
                 for i, b in enumerate(v for k, v in sorted(saved_ids.items()) if k not in now_ids)]
     extra = []
     saved_extra = saved.get("extra", {})
