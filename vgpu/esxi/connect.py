@@ -20,6 +20,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from vgpu.errors import HostError, InputError, RefusedError, RemoteError, VgpuError
+from vgpu.esxi.transport import AnswerRefused, bounded, bounded_discovery
 
 PASSWORD_ENV = "VGPU_ESXI_PASSWORD"
 USER_ENV = "VGPU_ESXI_USER"
@@ -209,8 +210,9 @@ def connect(ep: Endpoint) -> Session:
         kwargs["sslContext"] = _ssl_context(ep)
     where = f"{ep.host}:{ep.port}"
     try:
-        with _socket_deadline(deadline):
+        with _socket_deadline(deadline), bounded_discovery(deadline):
             si = SmartConnect(**kwargs)
+        _bound_stub(si._stub, deadline)
     except vim.fault.InvalidLogin:
         raise RemoteError(f"{where}: the user name or password was not accepted (user {ep.user})",
                           hint=f"check {USER_ENV}/--esxi-user and the password; the account needs the vgpu role "
@@ -226,6 +228,9 @@ def connect(ep: Endpoint) -> Session:
         raise RemoteError(f"{where}: TLS failed ({exc.reason or exc})") from None
     except (socket.timeout, TimeoutError):
         raise _no_answer(where, deadline) from None
+    except AnswerRefused as exc:
+        raise RemoteError(f"{where}: refused {exc} (vgpu/esxi/transport.py)",
+                          hint="check that HOST:PORT is the vSphere API of an ESXi host or vCenter") from None
     except OSError as exc:
         raise RemoteError(f"{where}: cannot connect ({exc.strerror or exc})",
                           hint="check the URL, the port and that the host is up") from None
@@ -261,6 +266,16 @@ def _check_host(host, ep: Endpoint, where: str) -> str:
         raise RemoteError(f"{where}: host {name} is {state} (runtime.connectionState): its configuration cannot be "
                           "read or changed now", hint="reconnect the host in the vSphere client, then run vgpu again")
     return version
+
+
+def _bound_stub(stub, deadline: float) -> None:
+    """Every later answer of this session within the deadline and bounded in size (vgpu/esxi/transport.py);
+    the pooled connections (the login's) are dropped so that none keeps the unbounded answer class."""
+    import http.client
+
+    if isinstance(stub.scheme, type) and issubclass(stub.scheme, http.client.HTTPConnection):
+        stub.scheme = bounded(stub.scheme, deadline)
+        stub.DropConnections()
 
 
 def _no_answer(where: str, seconds: float) -> RemoteError:
