@@ -321,6 +321,9 @@ class Executor:
                     self._fire(index, step, "after")
                     outcome.applied.append(step.describe())
                 except Exception as exc:  # anything, not just our errors: a half-applied host is rolled back
+                    if getattr(exc, "unsettled", False):
+                        raise  # the step may still be running on the host (an ESXi task past its deadline):
+                        # undoing now would race it; the journal stays, as after a crash, for the next run
                     self._undo(data, done, outcome, exc, f"step {index + 1} ({step.describe()}) failed: ")
                 if signals.received:
                     self._undo_interrupted(data, done, outcome, signals.received,
@@ -354,7 +357,12 @@ class Executor:
         """Roll back, first marking the journal so that a crash during the rollback is never taken
         for a run whose steps all completed."""
         data["rolling_back"] = True
-        self.journal.save(data)
+        try:
+            self.journal.save(data)
+        except (VgpuError, OSError):
+            # a full or failing disk (often why the step failed): roll back all the same. Each entry was saved
+            # before its step ran, so the journal on disk still names every step to undo if this run dies too
+            pass
         return self._rollback(done)
 
     def _rollback(self, done: list[tuple[Step, dict]]) -> list[str]:

@@ -78,7 +78,13 @@ class Esxi:
                     "locked": bool(cfg.memoryReservationLockedToMax),
                     "devices": sorted((d.backing.id, d.backing.deviceId, int(d.backing.vendorId), d.backing.systemId)
                                       for d in cfg.hardware.device
-                                      if isinstance(d, vim.vm.device.VirtualPCIPassthrough)),
+                                      if isinstance(d, vim.vm.device.VirtualPCIPassthrough)
+                                      and isinstance(d.backing, vim.vm.device.VirtualPCIPassthrough.DeviceBackingInfo)),
+                    "dynamic": sorted((tuple((a.vendorId, a.deviceId) for a in d.backing.allowedDevice),
+                                       d.backing.customLabel or "", d.backing.assignedId or "")
+                                      for d in cfg.hardware.device
+                                      if isinstance(d, vim.vm.device.VirtualPCIPassthrough)
+                                      and isinstance(d.backing, vim.vm.device.VirtualPCIPassthrough.DynamicBackingInfo)),
                     "extra": {o.key: str(o.value) for o in cfg.extraConfig}}
             return out
         finally:

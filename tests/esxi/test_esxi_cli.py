@@ -239,11 +239,12 @@ def test_unreachable_host_old_api_and_maintenance_mode_are_one_sentence(esxi, tm
     r = old.run("plan", "--profile", PROFILE)
     assert r.returncode == 4 and "needs ESXi 8.0" in r.stderr
 
+    # maintenance mode is the administrator's change window (issue 25 item 9): prepared, with a warning
     maint = esxi(EsxiSpec(vms=gpu_vms(1), maintenance=True))
-    before = maint.snapshot()
     r = maint.run("provision", "--profile", PROFILE, "--yes")
-    assert r.returncode == 4 and "maintenance mode" in r.stderr
-    assert maint.snapshot() == before
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "esxi-sim-01 is in maintenance mode: vgpu prepares the host and the powered-off VMs" in r.stdout
+    assert maint.snapshot()["gpu-vm-00"]["devices"]
 
 
 def test_profiles_cross_platform_are_refused_with_where_to_run_them(esxi):
@@ -287,3 +288,51 @@ def test_metrics_of_an_esxi_host(esxi):
     held = {(s.labels["function"], s.labels["vm"]) for s in fams["vgpu_function_in_use"]}
     assert held == {(GPUS[3], "gpu-vm-03")}
     assert [s.value for s in fams["vgpu_profile_in_sync"]] == [1.0]
+
+
+def test_discover_shows_the_checks_and_release_says_released(esxi):
+    host = esxi(EsxiSpec(vms=gpu_vms(1)))
+    shown = host.run("discover")
+    assert shown.returncode == 0, shown.stderr
+    table = shown.stdout.split("Host readiness", 1)[1]  # issue 20: it was printed with no row at all
+    assert "VMware ESXi 8.0.3" in table and "vSphere API 8.0.3.0" in table
+    assert host.run("provision", "--profile", PROFILE, "--yes").returncode == 0
+    released = host.run("release", "--yes")
+    assert released.returncode == 0, released.stderr
+    assert released.stdout.rstrip().endswith("ESXi esxi-sim-01 is released (read back from the host)")
+    assert "(release)" not in released.stdout
+
+
+def test_the_line_vgpu_sim_esxi_prints_works_when_pasted(tmp_path, vcsim_binary):
+    import os
+    import shlex
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VGPU_")}
+    env.update(PYTHONPATH=str(REPO), VGPU_STATE_DIR=str(tmp_path / "state"))
+    sim = subprocess.Popen([sys.executable, "-m", "vgpu", "sim", "esxi", "--dir", str(tmp_path / "sim"),
+                            "--vm", "gpu-vm-00"], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = sim.stderr.readline()  # printed once it serves
+        assert "reach it with" in line, line
+        args = shlex.split(line.split("reach it with", 1)[1])
+        r = subprocess.run([sys.executable, "-m", "vgpu", "discover", *args], capture_output=True, text=True,
+                           env=env, timeout=120)
+        assert r.returncode == 0, r.stderr  # it was exit 9: the user defaulted to root
+    finally:
+        sim.send_signal(signal.SIGTERM)
+        sim.wait(timeout=60)
+
+
+def test_the_hosts_own_version_and_connection_state_are_checked_not_the_endpoints(esxi):
+    old_host = esxi(EsxiSpec(vms=gpu_vms(1), api_version="7.0.3.0", vcenter_api_version="8.0.3.0"))
+    r = old_host.run("plan", "--profile", PROFILE)  # an ESXi 7 host behind a vCenter 8
+    assert r.returncode == 4 and "host esxi-sim-01 runs vSphere API 7.0.3.0 (VMware ESXi 7.0.3" in r.stderr, r.stderr
+    shown = esxi(EsxiSpec(vms=gpu_vms(1), vcenter_api_version="8.0.2.0")).run("discover")
+    assert "VMware ESXi 8.0.3" in shown.stdout and "vCenter" not in shown.stdout, shown.stdout
+    lost = esxi(EsxiSpec(vms=gpu_vms(1), connection_state="notResponding"))
+    r = lost.run("discover")
+    assert r.returncode == 9 and "host esxi-sim-01 is notResponding" in r.stderr, r.stderr

@@ -89,3 +89,84 @@ def test_the_host_going_away_is_one_line_and_the_journal_is_kept(esxi):
     assert "stopped answering" in child.stderr or "cannot connect" in child.stderr, child.stderr[-2000:]
     journal = host.state_dir / "esxi"
     assert any(journal.rglob("journal*")), "the journal must stay for the next run to roll back"
+
+
+def test_a_missing_privilege_is_one_line_naming_the_privilege_and_the_object(esxi):
+    from vgpu.sim.vcsim import EsxiSpec
+    from conftest import gpu_vms
+    for method, privilege, obj in (("UpdatePassthruConfig", "Host.Config.PciPassthru", "HostPciPassthruSystem"),
+                                   ("ReconfigVM_Task", "VirtualMachine.Config.AddRemoveDevice", "VirtualMachine vm-")):
+        host = esxi(EsxiSpec(vms=gpu_vms(2), deny={method: privilege}))
+        before = host.snapshot()
+        r = host.run("provision", "--profile", PROFILE, "--yes")
+        assert r.returncode == 8, r.stdout + r.stderr
+        error = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+        assert len(error) == 1 and f"user vgpu-operator lacks the privilege {privilege} on {obj}" in error[0], r.stderr
+        assert "rolled back" in error[0] and "vmodl" not in r.stderr and "Traceback" not in r.stderr
+        assert len(r.stderr.strip().splitlines()) <= 3, r.stderr  # the line, its hint: no pyVmomi dump
+        assert host.snapshot() == before
+
+
+def test_a_full_state_disk_mid_run_rolls_the_host_back_and_says_so(esxi, tmp_path):
+    """The journal is saved before each step; when it cannot be (ENOSPC on a 12 KiB tmpfs: the lock and one
+    4 KiB journal fit, the journal's atomic replace past 4 KiB does not), the steps already applied are rolled
+    back all the same and the message says so (it said only 'cannot write journal.json', host changed)."""
+    import pytest
+    host = esxi()
+    mnt = host.state_dir
+    mnt.mkdir(parents=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12k", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        before = host.snapshot()
+        r = host.run("provision", "--profile", PROFILE, "--yes")
+        assert r.returncode == 8, r.stdout + r.stderr
+        assert "No space left on device" in r.stderr and "rolled back" in r.stderr, r.stderr
+        assert host.snapshot() == before
+        status = host.run("status")
+        assert status.returncode == 0 and "interrupted" not in status.stdout + status.stderr, status.stdout
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_task_that_never_ends_is_reported_by_reference_and_never_blindly_rolled_back(esxi):
+    from vgpu.sim.vcsim import EsxiSpec
+    from conftest import gpu_vms
+    host = esxi(EsxiSpec(vms=gpu_vms(2), hang_reconfigure=["gpu-vm-01"]))
+    r = host.run("provision", "--profile", PROFILE, "--yes", env={"VGPU_ESXI_TASK_TIMEOUT": "1"})
+    assert r.returncode == 9, r.stdout + r.stderr
+    assert "ESXi esxi-sim-01: task task-" in r.stderr and "is still running after 1 s" in r.stderr, r.stderr
+    assert "did not roll back" in r.stderr and "Traceback" not in r.stderr
+    mid = host.snapshot()
+    assert mid["gpu-vm-00"]["devices"] and mid["passthrough"][GPUS[0]] == (True, True)  # not raced by an undo
+    assert any((host.state_dir / "esxi").rglob("journal.json"))
+    status = host.run("status")
+    assert status.returncode == 1 and "interrupted" in status.stdout + status.stderr
+
+
+def test_a_journal_restore_names_the_hosts_systemid_now_not_the_saved_one(esxi):
+    """After an ESXi reinstall the host's systemId changes; a journal written before names the old one, and a
+    backing with it is refused by ESXi. The restore puts the device back with the systemId the host has now."""
+    import json
+
+    from conftest import gpu_vms
+    from vgpu.model.plan import AttachPassthrough
+    from vgpu.model.pci import PciAddress
+    from vgpu.sim.vcsim import SYSTEM_ID, EsxiSpec
+    host = esxi(EsxiSpec(vms=gpu_vms(1), enabled=[GPUS[0]]))
+    from test_esxi_admin import _host_uuid
+    state = host.state_dir / "esxi" / _host_uuid(host)
+    state.mkdir(parents=True, mode=0o700)
+    state.parent.chmod(0o700)
+    saved = {"firmware": "efi", "locked": True, "extra": {}, "devices": [
+        {"id": GPUS[0], "deviceId": "74a1", "vendorId": 0x1002, "systemId": "00000000-stale-after-reinstall",
+         "deviceName": "MI300X"}]}
+    step = AttachPassthrough("gpu-vm-00", (PciAddress.parse(GPUS[1]),), 512)
+    journal = {"schema": "vgpu.journal/v1", "pid": 1, "profile": PROFILE, "steps": 2, "baseline": {},
+               "entries": [{"step": step.to_dict(), "info": {"saved": json.dumps(saved), "version": ""},
+                            "done": False}]}
+    (state / "journal.json").write_text(json.dumps(journal))
+    (state / "journal.json").chmod(0o600)
+    r = host.run("release", "--yes")
+    assert "undid" in r.stdout, r.stdout + r.stderr
+    assert host.snapshot()["gpu-vm-00"]["devices"] == [(GPUS[0], "74a1", 0x1002, SYSTEM_ID)]

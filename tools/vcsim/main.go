@@ -12,7 +12,15 @@
 //     from a powered-on VM, its backing must name an active device and this host's systemId;
 //   - PowerOnVM_Task refuses a VM whose 64-bit MMIO window cannot hold its GPUs' BARs, or whose memory is
 //     not fully reserved, with ESXi's own message;
-//   - fault injection for tests: a reconfigure that fails for named VMs.
+//   - Dynamic DirectPath I/O (VirtualPCIPassthroughDynamicBackingInfo): a device whose backing names only
+//     allowed vendor/device ids; power-on assigns a free active device that matches (assignedId), power-off
+//     releases it;
+//   - ConfigSpec.changeVersion as ESXi checks it: a reconfigure naming another version than the VM's
+//     config.changeVersion fails with ConcurrentAccess; each reconfigure gives the VM a new version;
+//   - VMs with a virtual disk (an installed guest: its firmware must not be switched under it);
+//   - fault injection for tests: a reconfigure that fails for named VMs, a session that ends while a
+//     reconfigure task runs (the next call is NotAuthenticated), NoPermission (SecurityError, with the
+//     privilege id) on a named method.
 //
 // Usage: vgpu-vcsim -spec FILE [-listen 127.0.0.1:0] [-tls -cert-out FILE]
 // It prints one JSON line on stdout ({"url": ..., "thumbprint": ...}) once it serves, and exits when
@@ -53,6 +61,7 @@ import (
 	"github.com/vmware/govmomi/object"
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/simulator/esx"
+	"github.com/vmware/govmomi/vim25"
 	"github.com/vmware/govmomi/vim25/methods"
 	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/soap"
@@ -84,6 +93,7 @@ type VM struct {
 	CPUs     int32  `json:"cpus"`
 	PowerOn  bool   `json:"powered_on"`
 	Firmware string `json:"firmware"`
+	DiskMB   int64  `json:"disk_mb"` // > 0: the VM has a virtual disk of that size (an installed guest)
 }
 
 // Spec is the whole simulated host.
@@ -98,13 +108,39 @@ type Spec struct {
 	Devices         []Device `json:"devices"`
 	VMs             []VM     `json:"vms"`
 	FailReconfigure []string `json:"fail_reconfigure"`
+	// ExpireSession: the VMs whose (first) reconfigure ends the caller's session once its task was created
+	ExpireSession []string `json:"expire_session_on_reconfigure"`
+	// Deny: method name (UpdatePassthruConfig, ReconfigVM_Task) -> the privilege id NoPermission names
+	Deny map[string]string `json:"deny"`
+	// VCenterAPIVersion: serve the service content of a vCenter of that version (about), the host keeping its own
+	// config.product (APIVersion): an ESXi 7 host behind a vCenter 8
+	VCenterAPIVersion string   `json:"vcenter_api_version"`
+	HangReconfigure   []string `json:"hang_reconfigure"` // VMs whose reconfigure task stays running for ever
+	ConnectionState   string   `json:"connection_state"` // the host's runtime.connectionState (default connected)
 }
 
 type state struct {
-	mu   sync.Mutex
-	spec Spec
-	host *simulator.HostSystem
-	pts  *PassthruSystem
+	mu      sync.Mutex
+	spec    Spec
+	host    *simulator.HostSystem
+	pts     *PassthruSystem
+	version int64 // the last config.changeVersion handed out
+}
+
+// nextVersion is a fresh config.changeVersion (ESXi uses a timestamp; any new string will do).
+func (s *state) nextVersion() string {
+	s.version++
+	return fmt.Sprintf("2026-12-04T00:00:00.%06dZ", s.version)
+}
+
+// denied is the NoPermission fault for a method the spec denies, or nil.
+func denied(method string, obj types.ManagedObjectReference) types.BaseMethodFault {
+	sim.mu.Lock()
+	defer sim.mu.Unlock()
+	if priv, ok := sim.spec.Deny[method]; ok {
+		return &types.NoPermission{Object: obj, PrivilegeId: priv}
+	}
+	return nil
 }
 
 var sim state
@@ -163,6 +199,10 @@ type PassthruSystem struct {
 
 func (p *PassthruSystem) UpdatePassthruConfig(req *types.UpdatePassthruConfig) soap.HasFault {
 	body := &methods.UpdatePassthruConfigBody{}
+	if f := denied("UpdatePassthruConfig", p.Self); f != nil {
+		body.Fault_ = simulator.Fault("", f)
+		return body
+	}
 	sim.mu.Lock()
 	defer sim.mu.Unlock()
 	for _, c := range req.Config {
@@ -261,9 +301,15 @@ func (vm *PassthruVM) checkReconfigure(spec *types.VirtualMachineConfigSpec) typ
 		if dc.Operation != types.VirtualDeviceConfigSpecOperationAdd {
 			continue
 		}
+		if dyn, ok := dc.Device.GetVirtualDevice().Backing.(*types.VirtualPCIPassthroughDynamicBackingInfo); ok {
+			if len(dyn.AllowedDevice) == 0 {
+				return fault("a Dynamic DirectPath I/O device needs at least one allowed device")
+			}
+			continue
+		}
 		backing, ok := dc.Device.GetVirtualDevice().Backing.(*types.VirtualPCIPassthroughDeviceBackingInfo)
 		if !ok {
-			return fault("a PCI passthrough device needs a device backing")
+			return fault("a PCI passthrough device needs a device or dynamic backing")
 		}
 		d := sim.device(backing.Id)
 		if d == nil || !d.Active {
@@ -305,11 +351,23 @@ func (vm *PassthruVM) mergeExtraConfig(changes []types.BaseOptionValue) {
 }
 
 func (vm *PassthruVM) ReconfigVMTask(ctx *simulator.Context, req *types.ReconfigVM_Task) soap.HasFault {
+	if f := denied("ReconfigVM_Task", vm.Self); f != nil {
+		return &methods.ReconfigVM_TaskBody{Fault_: simulator.Fault("", f)}
+	}
+	if hangs(vm.Name) {
+		task := simulator.CreateTask(vm, "reconfigVm", nil)
+		simulator.Map.Update(task, []types.PropertyChange{{Name: "info.state", Val: types.TaskInfoStateRunning}})
+		return &methods.ReconfigVM_TaskBody{Res: &types.ReconfigVM_TaskResponse{Returnval: task.Self}}
+	}
 	task := simulator.CreateTask(vm, "reconfigVm", func(t *simulator.Task) (types.AnyType, types.BaseMethodFault) {
+		if req.Spec.ChangeVersion != "" && req.Spec.ChangeVersion != vm.Config.ChangeVersion {
+			return nil, &types.ConcurrentAccess{}
+		}
 		if f := vm.checkReconfigure(&req.Spec); f != nil {
 			return nil, f
 		}
 		spec := req.Spec
+		spec.ChangeVersion = ""
 		extra := spec.ExtraConfig
 		spec.ExtraConfig = nil
 		res := vm.VirtualMachine.ReconfigVMTask(ctx, &types.ReconfigVM_Task{This: req.This, Spec: spec})
@@ -318,9 +376,43 @@ func (vm *PassthruVM) ReconfigVMTask(ctx *simulator.Context, req *types.Reconfig
 			return nil, inner.Info.Error.Fault
 		}
 		vm.mergeExtraConfig(extra) // the simulator holds this VM's lock during its methods
+		sim.mu.Lock()
+		vm.Config.ChangeVersion = sim.nextVersion()
+		sim.mu.Unlock()
 		return nil, nil
 	})
-	return &methods.ReconfigVM_TaskBody{Res: &types.ReconfigVM_TaskResponse{Returnval: task.Run()}}
+	ref := task.Run()
+	if expireOnce(vm.Name) {
+		// the session ends while the task is known to the caller only by its reference
+		other := &simulator.Context{Session: &simulator.Session{UserSession: types.UserSession{Key: "vgpu-vcsim"}}}
+		simulator.Map.SessionManager().TerminateSession(other, &types.TerminateSession{SessionId: []string{ctx.Session.Key}})
+	}
+	return &methods.ReconfigVM_TaskBody{Res: &types.ReconfigVM_TaskResponse{Returnval: ref}}
+}
+
+// hangs says whether a reconfigure of the VM is a task that never ends (it changes nothing).
+func hangs(name string) bool {
+	sim.mu.Lock()
+	defer sim.mu.Unlock()
+	for _, n := range sim.spec.HangReconfigure {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// expireOnce says whether this reconfigure of the VM ends the caller's session (once per VM).
+func expireOnce(name string) bool {
+	sim.mu.Lock()
+	defer sim.mu.Unlock()
+	for i, n := range sim.spec.ExpireSession {
+		if n == name {
+			sim.spec.ExpireSession = append(sim.spec.ExpireSession[:i:i], sim.spec.ExpireSession[i+1:]...)
+			return true
+		}
+	}
+	return false
 }
 
 func (vm *PassthruVM) extra(key string) string {
@@ -344,19 +436,54 @@ func runningHolder(self *PassthruVM, id string) string {
 				if b, ok := p.Backing.(*types.VirtualPCIPassthroughDeviceBackingInfo); ok && b.Id == id {
 					return other.Name
 				}
+				if b, ok := p.Backing.(*types.VirtualPCIPassthroughDynamicBackingInfo); ok && b.AssignedId == id {
+					return other.Name
+				}
 			}
 		}
 	}
 	return ""
 }
 
+// assignDynamic gives a Dynamic DirectPath I/O device a free active device its allowed ids match (power-on).
+func assignDynamic(vm *PassthruVM, b *types.VirtualPCIPassthroughDynamicBackingInfo, taken map[string]bool) (*Device, types.BaseMethodFault) {
+	for i := range sim.spec.Devices {
+		d := &sim.spec.Devices[i]
+		if !d.Active || taken[d.ID] {
+			continue
+		}
+		for _, a := range b.AllowedDevice {
+			if int(uint16(a.VendorId)) == d.Vendor && int(uint16(a.DeviceId)) == d.Device {
+				if runningHolder(vm, d.ID) == "" {
+					b.AssignedId = d.ID
+					taken[d.ID] = true
+					return d, nil
+				}
+			}
+		}
+	}
+	return nil, fault("Module 'DevicePowerOn' power on failed. (no free device for Dynamic DirectPath I/O)")
+}
+
 // powerOnFault is what ESXi says when a VM with passthrough devices cannot start.
 func (vm *PassthruVM) powerOnFault() types.BaseMethodFault {
 	var bars int64
 	var n int
+	taken := map[string]bool{}
 	for _, dev := range vm.Config.Hardware.Device {
 		p, ok := dev.(*types.VirtualPCIPassthrough)
 		if !ok {
+			continue
+		}
+		if dyn, ok := p.Backing.(*types.VirtualPCIPassthroughDynamicBackingInfo); ok {
+			sim.mu.Lock()
+			d, f := assignDynamic(vm, dyn, taken)
+			sim.mu.Unlock()
+			if f != nil {
+				return f
+			}
+			bars += d.Bar64Bytes
+			n++
 			continue
 		}
 		b, ok := p.Backing.(*types.VirtualPCIPassthroughDeviceBackingInfo)
@@ -404,6 +531,33 @@ func (vm *PassthruVM) PowerOnVMTask(ctx *simulator.Context, req *types.PowerOnVM
 		return &methods.PowerOnVM_TaskBody{Res: &types.PowerOnVM_TaskResponse{Returnval: task.Run()}}
 	}
 	return vm.VirtualMachine.PowerOnVMTask(ctx, req)
+}
+
+// releaseDynamic forgets the devices Dynamic DirectPath I/O assigned at power-on.
+func (vm *PassthruVM) releaseDynamic() {
+	for _, dev := range vm.Config.Hardware.Device {
+		if p, ok := dev.(*types.VirtualPCIPassthrough); ok {
+			if b, ok := p.Backing.(*types.VirtualPCIPassthroughDynamicBackingInfo); ok {
+				b.AssignedId = ""
+			}
+		}
+	}
+}
+
+func (vm *PassthruVM) PowerOffVMTask(ctx *simulator.Context, req *types.PowerOffVM_Task) soap.HasFault {
+	vm.releaseDynamic()
+	return vm.VirtualMachine.PowerOffVMTask(ctx, req)
+}
+
+// about is an AboutInfo of the product and API version ("8.0.3.0": version 8.0.3).
+func about(base types.AboutInfo, apiVersion, product, apiType string) types.AboutInfo {
+	parts := strings.Split(apiVersion, ".")
+	base.ApiVersion = apiVersion
+	base.Version = strings.Join(parts[:3], ".")
+	base.FullName = product + " " + base.Version + " build-24022510 (vgpu-vcsim)"
+	base.Name = product
+	base.ApiType = apiType
+	return base
 }
 
 func selfSigned(certOut string) (tls.Certificate, string, error) {
@@ -484,7 +638,24 @@ func createVMs(ctx context.Context, u *url.URL) error {
 		ref := info.Result.(types.ManagedObjectReference)
 		vm := simulator.Map.Get(ref).(*simulator.VirtualMachine)
 		wrapped := &PassthruVM{*vm}
+		wrapped.Config.ChangeVersion = sim.nextVersion()
 		simulator.Map.Put(wrapped)
+		if v.DiskMB > 0 {
+			obj := object.NewVirtualMachine(c.Client, ref)
+			devices, err := obj.Device(ctx)
+			if err != nil {
+				return err
+			}
+			ide, err := devices.FindIDEController("")
+			if err != nil {
+				return err
+			}
+			disk := devices.CreateDisk(ide, ds.Reference(), "")
+			disk.CapacityInKB = v.DiskMB * 1024
+			if err := obj.AddDevice(ctx, disk); err != nil {
+				return fmt.Errorf("disk of VM %s: %v", v.Name, err)
+			}
+		}
 		if v.PowerOn {
 			if _, err := object.NewVirtualMachine(c.Client, ref).PowerOn(ctx); err != nil {
 				return err
@@ -512,10 +683,8 @@ func main() {
 	if sim.spec.APIVersion == "" {
 		sim.spec.APIVersion = "8.0.3.0"
 	}
-	parts := strings.Split(sim.spec.APIVersion, ".")
-	esx.ServiceContent.About.ApiVersion = sim.spec.APIVersion
-	esx.ServiceContent.About.Version = strings.Join(parts[:3], ".")
-	esx.ServiceContent.About.FullName = "VMware ESXi " + esx.ServiceContent.About.Version + " build-24022510 (vgpu-vcsim)"
+	hostAbout := about(esx.ServiceContent.About, sim.spec.APIVersion, "VMware ESXi", "HostAgent")
+	esx.ServiceContent.About = hostAbout
 
 	model := simulator.ESX()
 	model.Machine = 0
@@ -530,6 +699,12 @@ func main() {
 		sim.host.Summary.Config.Name = sim.spec.Name
 	}
 	sim.host.Runtime.InMaintenanceMode = sim.spec.Maintenance
+	sim.host.Config.Product = hostAbout // the host's own product, whatever the endpoint's about says
+	sim.host.Summary.Config.Product = &hostAbout
+	if sim.spec.ConnectionState != "" {
+		sim.host.Runtime.ConnectionState = types.HostSystemConnectionState(sim.spec.ConnectionState)
+		sim.host.Summary.Runtime = &sim.host.Runtime
+	}
 	var pci []types.HostPciDevice
 	for i := range sim.spec.Devices {
 		pci = append(pci, pciDevice(&sim.spec.Devices[i]))
@@ -600,6 +775,7 @@ func main() {
 		for _, e := range simulator.Map.All("VirtualMachine") {
 			if vm, ok := e.(*PassthruVM); ok {
 				simulator.Map.WithLock(vm, func() {
+					vm.releaseDynamic()
 					vm.Runtime.PowerState = types.VirtualMachinePowerStatePoweredOff
 					vm.Summary.Runtime.PowerState = types.VirtualMachinePowerStatePoweredOff
 				})
@@ -617,6 +793,10 @@ func main() {
 	ctx := context.Background()
 	if err := createVMs(ctx, &admin); err != nil {
 		log.Fatalf("creating VMs: %v", err)
+	}
+	if sim.spec.VCenterAPIVersion != "" { // after createVMs: govmomi's own client takes other paths for a vCenter
+		si := simulator.Map.Get(vim25.ServiceInstance).(*simulator.ServiceInstance)
+		si.Content.About = about(hostAbout, sim.spec.VCenterAPIVersion, "VMware vCenter Server", "VirtualCenter")
 	}
 	public := *server.URL
 	public.User = nil

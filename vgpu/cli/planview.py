@@ -164,6 +164,9 @@ def show_provision(result) -> None:
         out.print(f"[bold yellow]not finished[/]: the steps above were applied and read back; {safe(result.plan.host)} "
                   "matches the profile once the pending action is done and provision runs again")
         return
+    if result.plan.action == "release":
+        out.print(f"[bold green]verified[/]: {safe(result.plan.host)} is released (read back from the host)")
+        return
     out.print(f"[bold green]verified[/]: {safe(result.plan.host)} now matches {safe(result.plan.profile)}"
               " (read back from the host)")
 

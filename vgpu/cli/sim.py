@@ -143,7 +143,7 @@ def esxi(workdir: str, machine: str, vms: tuple[str, ...]) -> None:
         atomic_write(work / "esxi.env", f"VGPU_ESXI_URL={server.url}\nVGPU_ESXI_USER={spec.user}\n"
                      f"VGPU_ESXI_THUMBPRINT={server.thumbprint}\n", 0o644)
         click.echo(f"simulated ESXi 8 host {spec.name} at {server.url} (pid {os.getpid()}); "
-                   f"reach it with --esxi {server.url} --esxi-ca {work / 'ca.pem'} "
+                   f"reach it with --esxi {server.url} --esxi-user {spec.user} --esxi-ca {work / 'ca.pem'} "
                    f"--esxi-password-file {work / 'password'}", err=True)
         stop.wait()
 

@@ -57,7 +57,7 @@ def findings(state: HostState, gpus) -> list[Finding]:
     out = [Finding("esxi", Severity.OK, f"{state.product} (vSphere API {state.api_version})")]
     if state.maintenance:
         out.append(Finding("maintenance", Severity.WARNING, f"{state.name} is in maintenance mode: its VMs cannot be "
-                           "powered on", "exit maintenance mode once the host is ready"))
+                           "powered on until it exits", "exit maintenance mode once the host is ready"))
     for g in gpus:
         d = state.device(g.address)
         if not d.capable:
@@ -68,10 +68,12 @@ def findings(state: HostState, gpus) -> list[Finding]:
                                "becomes active at the next reboot of the host", "reboot the host in a maintenance "
                                "window"))
     for g in gpus:  # which VMs hold which GPU: discovery answers it on ESXi as libvirt's view does on KVM
-        for vm in state.vms:
+        for vm, how in state.holders(g.address):
             if g.address in vm.passthrough:
                 out.append(Finding("vms", Severity.INFO, f"{g.address} is in the configuration of VM {vm.name} "
                                    f"({vm.power}{', attached by vgpu' if g.address in vm.assigned else ''})"))
+            else:
+                out.append(Finding("vms", Severity.INFO, f"{g.address}: VM {vm.name} ({vm.power}): {how}"))
     if not gpus:
         out.append(Finding("gpus", Severity.ERROR, "no AMD Instinct GPU found on the host"))
     return out
@@ -96,9 +98,6 @@ def check(p: PlanInput) -> list[Problem]:
                                 f"is for {p.desired.hypervisor.value}", "use a profile with hypervisor: esxi (for example "
                                 "mi300x-esxi-passthrough)"))
         return problems
-    if p.state.maintenance:
-        problems.append(Problem("host", f"{p.state.name} is in maintenance mode: the VMs vgpu prepares could not be "
-                                "powered on", "exit maintenance mode, then run vgpu again"))
     for t in p.desired.targets:
         d = p.state.device(t.address)
         gpu = p.inventory.gpu(t.address)
@@ -117,6 +116,9 @@ def make_plan(p: PlanInput, warnings: list[str]) -> tuple[Plan, list[Problem]]:
     (they refuse the plan like host problems)."""
     steps: list = []
     pending: list[str] = []
+    if p.state.maintenance:  # the administrator's change window: passthrough, reboot, powered-off VMs, then exit
+        warnings.append(f"{p.state.name} is in maintenance mode: vgpu prepares the host and the powered-off VMs; "
+                        "they can be powered on once it exits maintenance mode")
     for t in p.desired.targets:
         d = p.state.device(t.address)
         if not d.enabled:
@@ -131,8 +133,9 @@ def make_plan(p: PlanInput, warnings: list[str]) -> tuple[Plan, list[Problem]]:
         vm_steps = [s for s in vm_steps if all(p.state.device(a).active or not p.state.device(a).enabled
                                                for a in s.functions)]
     steps += vm_steps
-    if p.recorded != p.desired.record:
-        steps.append(RecordProfile(p.desired.profile, p.desired.record, p.record_where))
+    record = record_with_before(p.desired.record, p.recorded, p.state, tuple(t.address for t in p.desired.targets))
+    if p.recorded != record:
+        steps.append(RecordProfile(p.desired.profile, record, p.record_where))
     return Plan(profile=p.desired.profile, host=p.inventory.source, steps=tuple(steps), vms=p.vms,
                 pending=tuple(pending)), problems
 
@@ -154,8 +157,11 @@ def attach_steps(p: PlanInput, bars: Mapping[PciAddress, int], warnings: list[st
             undefined.append(name)
             continue
         missing = tuple(a for a in functions if a not in vm.passthrough)
-        others = [(a, o.name, o.power) for a in missing for o in p.state.vms if o.name != name and a in o.passthrough]
+        others = [(a, o.name, f"{how}; {o.power}") for a in missing for o, how in p.state.holders(a, besides=name)]
         if not missing and settings_ok(vm, bars):
+            continue
+        if vm.firmware != "efi" and vm.disks:
+            problems.append(firmware_problem(vm))
             continue
         if vm.power != "poweredOff":
             if p.force:
@@ -170,8 +176,8 @@ def attach_steps(p: PlanInput, bars: Mapping[PciAddress, int], warnings: list[st
                 warnings.append(f"{address} stays in VM {other}'s configuration too (--force): only one of the two "
                                 "can run at a time")
             else:
-                problems.append(Problem(f"VM {name}", f"the profile assigns {address} to it, but VM {other}'s "
-                                        f"configuration has it ({power})", f"remove it from {other}, change the "
+                problems.append(Problem(f"VM {name}", f"the profile assigns {address} to it, but VM {other} holds "
+                                        f"it ({power})", f"remove it from {other}, change the "
                                         "profile's vms section, or --force"))
         if others and not p.force:
             continue
@@ -183,6 +189,16 @@ def attach_steps(p: PlanInput, bars: Mapping[PciAddress, int], warnings: list[st
         warnings.append(f"{len(undefined)} VM(s) of the assignment do not exist on {p.state.name} ({shown}): vgpu "
                         "attaches GPUs to VMs that exist; create them and run provision again")
     return steps, problems
+
+
+def firmware_problem(vm: VmConfig) -> Problem:
+    """A BIOS VM with a disk: its guest was installed for BIOS (MBR), and switching the firmware to EFI,
+    which 64-bit BARs need (docs/esxi.md), leaves it unbootable. vgpu never switches it; --force does not
+    either: converting the guest is the VM owner's change."""
+    return Problem(f"VM {vm.name}", f"boots with BIOS firmware and has {vm.disks} virtual disk(s): switching it to EFI "
+                   "(DirectPath I/O of GPUs needs EFI) would leave an installed BIOS guest unbootable",
+                   "convert the guest to EFI boot (e.g. mbr2gpt, or reinstall), set the VM's firmware to EFI, then run "
+                   "vgpu again; or assign a new VM")
 
 
 def settings_ok(vm: VmConfig, bars: Mapping[PciAddress, int]) -> bool:
@@ -197,17 +213,45 @@ def settings_ok(vm: VmConfig, bars: Mapping[PciAddress, int]) -> bool:
     return vm.firmware == "efi" and vm.locked and (mmio or window == 0)
 
 
-def release_steps(state: HostState, recorded_gpus: tuple[PciAddress, ...]) -> list:
-    """Detach what vgpu attached from powered-off VMs, then turn passthrough off on the GPUs vgpu
-    turned on. Powered-on VMs keep theirs (holders: refused without --force by the caller)."""
+def release_steps(state: HostState, enabled_by_vgpu: tuple[PciAddress, ...]) -> list:
+    """Detach what vgpu attached from powered-off VMs, then turn passthrough off on the GPUs whose
+    passthrough vgpu turned on (the record keeps each GPU's state before vgpu: one that was on stays on).
+    Every VM that still holds such a GPU afterwards, running or not, fixed or Dynamic DirectPath I/O, is
+    named as disrupted (a powered-off one would fail its next power-on): refused without --force."""
     steps: list = []
+    detached: dict[str, tuple[PciAddress, ...]] = {}
     for vm in state.vms:
         mine = tuple(a for a in vm.assigned)
         if mine and vm.power == "poweredOff":
             steps.append(DetachPassthrough(vm.name, mine))
-    for address in recorded_gpus:
+            detached[vm.name] = mine
+    for address in enabled_by_vgpu:
         d = state.device(address)
         if d is not None and d.enabled:
-            running = tuple(v.name for v in state.vms if address in v.passthrough and v.power != "poweredOff")
-            steps.append(SetPassthrough(address, False, Disruption(functions=(address,) if running else (), vms=running)))
+            left = tuple(v.name for v, how in state.holders(address)
+                         if not (address in detached.get(v.name, ()) and how == "its configuration has it"))
+            steps.append(SetPassthrough(address, False, Disruption(functions=(address,) if left else (), vms=left)))
     return steps
+
+
+def record_with_before(record: str, recorded: str | None, state: HostState,
+                       targets: tuple[PciAddress, ...]) -> str:
+    """The record with each GPU's passthrough state from before vgpu first changed it: kept from the
+    record there is, else read now (before this run's steps), so that release restores exactly that."""
+    import json
+
+    data = json.loads(record)
+    try:
+        kept = json.loads(recorded or "{}").get(BEFORE_KEY) or {}
+    except (ValueError, AttributeError):
+        kept = {}
+    before = {}
+    for a in targets:
+        d = state.device(a)
+        was = kept.get(str(a)) if isinstance(kept, dict) else None
+        before[str(a)] = was if isinstance(was, bool) else bool(d and d.enabled)
+    data[BEFORE_KEY] = before
+    return json.dumps(data, sort_keys=True, indent=2) + "\n"
+
+
+BEFORE_KEY = "esxi_passthrough_before"  # in the record: address -> passthrough enabled before vgpu

@@ -10,17 +10,18 @@ applied profile is kept beside the journal, and each VM vgpu attached GPUs to ca
 
 from __future__ import annotations
 
-import os
+import contextlib
 import re
+import signal
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
-from vgpu.errors import ApplyError, InputError, RefusedError, VgpuError
-from vgpu.esxi import planner
+from vgpu.errors import ApplyError, InputError, InterruptedRun, RefusedError, VgpuError
+from vgpu.esxi import planner, state as esxi_state
+from vgpu.esxi.state import state_root
 from vgpu.esxi.connect import Session
 from vgpu.esxi.host import EsxiHost, EsxiHypervisor
 from vgpu.esxi.steps import RECORD, TABLE, EsxiContext
-from vgpu.executor import Executor, Journal, Outcome, StepHook, host_lock
+from vgpu.executor import Executor, Journal, Outcome, StepHook, deferred_signals, host_lock
 from vgpu.model.inventory import Inventory
 from vgpu.model.plan import AttachPassthrough, Plan, Problem, RecordProfile, SetPassthrough
 from vgpu.model.pci import PciAddress
@@ -31,19 +32,7 @@ from vgpu.provision import (Confirm, PlanResult, ProvisionResult, StatusResult, 
 from vgpu.status import Item
 from vgpu.vms import PlannedVms, planned_vms
 
-STATE_ENV = "VGPU_STATE_DIR"
 POWER_OFF = "power them off or migrate them first; --force proceeds anyway"  # the hint when VMs hold devices
-
-
-def state_root() -> Path:
-    """Where vgpu keeps per-host state for hosts it reaches remotely: $VGPU_STATE_DIR, else
-    /var/lib/vgpu for root, else $XDG_STATE_HOME/vgpu (~/.local/state/vgpu)."""
-    if os.environ.get(STATE_ENV):
-        return Path(os.environ[STATE_ENV])
-    if os.geteuid() == 0:
-        return Path("/var/lib/vgpu")
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(base) / "vgpu"
 
 
 @dataclass
@@ -71,8 +60,15 @@ class EsxiTarget:
     def context(self, inv: Inventory) -> EsxiContext:
         return EsxiContext(self.host, self.hypervisor(inv), self.state_dir)
 
+    def check_state(self, *, create: bool = False) -> None:
+        """The state directory and its files are this user's alone (vgpu/esxi/state.py), before any is read."""
+        esxi_state.check(self.state_dir, create=create)
+
     def read_record(self) -> str | None:
-        return FileStore(self.state_dir).read(RECORD)
+        self.check_state()
+        text = FileStore(self.state_dir).read(RECORD)
+        esxi_state.parse_record(text, self.state_dir / RECORD)  # damaged, or a schema this vgpu does not read
+        return text
 
     def record_where(self) -> str:
         return f"kept on this controller in {self.state_dir}"
@@ -113,6 +109,7 @@ def discover(target: EsxiTarget) -> Inventory:
 
 def plan_profile(target: EsxiTarget, profile, *, force: bool = False) -> PlanResult:
     """Read the host, resolve the profile, plan. Raises Refusal with every problem."""
+    target.check_state()
     state = target.host.read()
     inv = planner.inventory(state)
     desired = desired_state(profile, inv)
@@ -139,6 +136,8 @@ def provision(target: EsxiTarget, profile, *, dry_run: bool = False, force: bool
 
     When enabling passthrough needs a reboot of the host to take effect, the run stops after the host
     steps with ``pending`` saying so (nothing is rolled back: that is what the profile asks for)."""
+    if not dry_run:
+        target.check_state(create=True)
     with host_lock(None if dry_run else target.state_dir, lock_timeout):
         recovered = [] if dry_run else _recover(target, force, confirm)
         result = plan_profile(target, profile, force=force)
@@ -148,31 +147,63 @@ def provision(target: EsxiTarget, profile, *, dry_run: bool = False, force: bool
         check_holders(plan, force, POWER_OFF)
         if confirm is not None and not confirm(plan):
             raise VgpuError("not applied: the plan was not confirmed", hint="rerun with --yes to skip the question")
-        outcome = Outcome()
-        enabling = [s for s in plan.steps if isinstance(s, SetPassthrough)]
-        waiting = {s.address for s in enabling}
-        dependent = [s for s in plan.steps if isinstance(s, AttachPassthrough) and waiting & set(s.functions)]
-        first, record_before = None, target.read_record()
-        if enabling and dependent:
-            # the VMs can be given a GPU only once ESXi has activated its passthrough: switch the host first
-            first = replace(plan, steps=tuple(s for s in plan.steps if not isinstance(s, AttachPassthrough)))
-            _merge(outcome, _run(target, first, result.inventory, hook, verify=lambda: _verify_enabled(target, first)))
-            again = plan_profile(target, profile, force=force)
-            if again.plan.pending:
-                return ProvisionResult(replace(plan, pending=again.plan.pending), outcome, recovered, False,
-                                       result.warnings, again.plan.pending)
-            plan = again.plan
-        if plan.steps:
-            try:
-                _merge(outcome, _run(target, plan, result.inventory, hook,
-                                     verify=lambda: _verify(target, profile, force)))
-            except ApplyError as exc:
-                if first is None or Journal(target.state_dir).load() is not None:
-                    raise  # nothing before it, or its rollback was incomplete: the journal is for the next run
-                _undo_first(target, first, result.inventory, exc, record_before)
+        outcome, pending = _apply(target, profile, result, hook, force)
+        if pending:
+            return ProvisionResult(replace(plan, pending=pending), outcome, recovered, False, result.warnings, pending)
         final = plan_profile(target, profile, force=force).plan
     return ProvisionResult(replace(result.plan, pending=final.pending), outcome, recovered, False, result.warnings,
                            final.pending)
+
+
+def _apply(target: EsxiTarget, profile, result: PlanResult, hook, force: bool) -> tuple[Outcome, tuple]:
+    """The host phase (passthrough on, the record), then the VM phase. Whatever stops the VM phase (a
+    failed step, a signal, in it or between the phases) also undoes the host phase, so that the message
+    "the host is as it was before this run" is true. Returns the outcome and a pending reboot, if any."""
+    plan, inv, outcome = result.plan, result.inventory, Outcome()
+    enabling = {s.address for s in plan.steps if isinstance(s, SetPassthrough)}
+    dependent = [s for s in plan.steps if isinstance(s, AttachPassthrough) and enabling & set(s.functions)]
+    first, record_before = None, target.read_record()
+    if enabling and dependent:
+        # the VMs can be given a GPU only once ESXi has activated its passthrough: switch the host first
+        first = replace(plan, steps=tuple(s for s in plan.steps if not isinstance(s, AttachPassthrough)))
+        with deferred_signals() as between:  # held until the VM phase starts; then the host phase is undone
+            _merge(outcome, _run(target, first, inv, hook, verify=lambda: _verify_enabled(target, first)))
+            if not between.received:
+                again = plan_profile(target, profile, force=force)
+        _stop_if_signalled(target, first, inv, record_before, between)
+        if again.plan.pending:
+            return outcome, again.plan.pending
+        plan = again.plan
+    if plan.steps:
+        try:
+            _merge(outcome, _run(target, plan, inv, hook, verify=lambda: _verify(target, profile, force)))
+        except (ApplyError, InterruptedRun) as exc:
+            if first is None or Journal(target.state_dir).load() is not None:
+                raise  # nothing before it, or its rollback was incomplete: the journal is for the next run
+            _undo_first(target, first, inv, exc, record_before)
+    return outcome, ()
+
+
+def _stop_if_signalled(target: EsxiTarget, first: Plan, inv: Inventory, record: str | None, between) -> None:
+    if between.received:
+        name = signal.Signals(between.received).name
+        _undo_first(target, first, inv, InterruptedRun(f"interrupted by {name} between the host and the VM phase: "
+                                                       "no VM was changed", between.received), record)
+
+
+@contextlib.contextmanager
+def _shielded():
+    """Block SIGINT/SIGTERM/SIGHUP while the host phase is undone: a second signal must not make the
+    executor roll the undo back (passthrough on again). Signals that came meanwhile are dropped: the run
+    ends with InterruptedRun anyway."""
+    sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        yield
+    finally:
+        for sig in signal.sigpending() & sigs:
+            signal.sigtimedwait([sig], 0)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _run(target: EsxiTarget, plan: Plan, inv: Inventory, hook, verify) -> Outcome:
@@ -180,17 +211,22 @@ def _run(target: EsxiTarget, plan: Plan, inv: Inventory, hook, verify) -> Outcom
     return executor.run(plan, {}, verify=verify)
 
 
-def _undo_first(target: EsxiTarget, first: Plan, inv: Inventory, exc: ApplyError, record: str | None) -> None:
-    """The VM part failed and was rolled back: take back the first part too (passthrough on, the record),
-    so that a failed provision leaves the host as it found it."""
+def _undo_first(target: EsxiTarget, first: Plan, inv: Inventory, exc: VgpuError, record: str | None) -> None:
+    """The VM part failed or was interrupted and was rolled back: take back the first part too
+    (passthrough on, the record), so that the host is as vgpu found it, as the message then says."""
     undo = [SetPassthrough(s.address, not s.enabled) for s in first.steps if isinstance(s, SetPassthrough)]
     undo += [RecordProfile(s.profile, record, s.where)
              for s in first.steps if isinstance(s, RecordProfile)]
     try:
-        _run(target, replace(first, steps=tuple(undo), action="rollback"), inv, None, verify=None)
+        with _shielded():
+            _run(target, replace(first, steps=tuple(undo), action="rollback"), inv, None, verify=None)
     except VgpuError as second:
         raise ApplyError(f"{exc.message}; undoing the passthrough changes failed too: {second.message}",
                          hint="run `vgpu status --esxi ...` and `vgpu release` to clean up") from exc
+    if isinstance(exc, InterruptedRun):
+        said = exc.message.removesuffix("; the host is as it was before this run")
+        raise InterruptedRun(f"{said}; the {len(undo)} host step(s) before them were undone too: the host is as it "
+                             "was before this run", exc.signum) from exc
     raise ApplyError(f"{exc.message}; the {len(undo)} host step(s) before it were undone too", hint=exc.hint) from exc
 
 
@@ -247,6 +283,7 @@ def recorded_profile(target: EsxiTarget):
 def host_status(target: EsxiTarget) -> StatusResult:
     """The host now against the profile recorded for it: per GPU passthrough, per VM its GPUs and the
     settings starting it needs."""
+    target.check_state()
     warnings = interrupted_run_warnings(target)
     unfinished = warnings[0] if warnings else None
     profile = recorded_profile(target)
@@ -282,40 +319,55 @@ def release(target: EsxiTarget, *, dry_run: bool = False, force: bool = False, c
             lock_timeout: float = 30.0, vf_timeout: float = 60.0) -> ProvisionResult:
     """Detach what vgpu attached (from powered-off VMs), turn passthrough off where vgpu turned it on,
     forget the record."""
+    if not dry_run:
+        target.check_state(create=True)
     with host_lock(None if dry_run else target.state_dir, lock_timeout):
         recovered = [] if dry_run else _recover(target, force, confirm)
-        plan = release_plan(target)
+        plan, warnings = release_plan(target)
         if not plan.steps or dry_run:
-            return ProvisionResult(plan, None, recovered, dry_run, [])
+            return ProvisionResult(plan, None, recovered, dry_run, warnings)
         check_holders(plan, force, POWER_OFF)
         if confirm is not None and not confirm(plan):
             raise VgpuError("not released: the plan was not confirmed", hint="rerun with --yes")
         inv = discover(target)
         outcome = _run(target, plan, inv, None, verify=lambda: _verify_released(target))
-    return ProvisionResult(plan, outcome, recovered, False, [])
+    return ProvisionResult(plan, outcome, recovered, False, warnings)
 
 
-def _recorded_gpus(target: EsxiTarget) -> tuple[PciAddress, ...]:
-    import json
-    text = target.read_record()
-    if text is None:
+def _enabled_by_vgpu(record: dict | None, warnings: list[str]) -> tuple[PciAddress, ...]:
+    """The recorded GPUs whose passthrough was off before vgpu (the record keeps each one's state):
+    only those does release turn off again. A record from before vgpu kept that state says nothing, so
+    passthrough stays as it is, with a warning."""
+    if record is None:
         return ()
-    try:
-        return tuple(PciAddress.parse(a) for a in json.loads(text).get("gpus", []))
-    except (ValueError, AttributeError, TypeError, InputError):
-        return ()
+    before = record.get(planner.BEFORE_KEY)
+    out = []
+    for text in record.get("gpus") or ():
+        try:
+            address = PciAddress.parse(str(text))
+        except InputError:
+            continue
+        was = before.get(str(address)) if isinstance(before, dict) else None
+        if was is False:
+            out.append(address)
+        elif was is None:
+            warnings.append(f"{address}: the record does not say whether its passthrough was on before vgpu; it stays "
+                            "enabled (turn it off in the vSphere client if no VM needs it)")
+    return tuple(out)
 
 
-def release_plan(target: EsxiTarget) -> Plan:
+def release_plan(target: EsxiTarget) -> tuple[Plan, list[str]]:
     state = target.host.read()
-    steps = planner.release_steps(state, _recorded_gpus(target))
-    if target.read_record() is not None:
+    text, warnings = target.read_record(), []
+    record = esxi_state.parse_record(text, target.state_dir / RECORD)
+    steps = planner.release_steps(state, _enabled_by_vgpu(record, warnings))
+    if text is not None:
         steps.append(RecordProfile("", None, target.record_where()))
-    return Plan(profile="(release)", host=target.label, steps=tuple(steps), action="release")
+    return Plan(profile="(release)", host=target.label, steps=tuple(steps), action="release"), warnings
 
 
 def _verify_released(target: EsxiTarget) -> None:
-    again = release_plan(target)
+    again, _ = release_plan(target)
     if again.steps:
         raise VgpuError("verification failed: after release the host still has "
                         + "; ".join(s.describe() for s in again.steps))

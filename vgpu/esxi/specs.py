@@ -107,11 +107,7 @@ def detach_spec(device_objects: Sequence, addresses: Sequence[PciAddress], vm, r
     if any(str(a) not in wanted for a in vm.passthrough) or PREVIOUS_KEY not in vm.extra:
         spec.extraConfig = [_option(MARK_KEY, mark(left))]
         return spec
-    try:
-        before = json.loads(vm.extra[PREVIOUS_KEY])
-        before = before if isinstance(before, dict) else {}
-    except ValueError:
-        before = {}  # a hand-edited record: leave the settings as they are, drop vgpu's keys
+    before = previous(vm)
     spec.extraConfig = [_option(MARK_KEY, ""), _option(PREVIOUS_KEY, "")]
     for key in (MMIO_ON, MMIO_SIZE):
         if key in before:
@@ -123,22 +119,37 @@ def detach_spec(device_objects: Sequence, addresses: Sequence[PciAddress], vm, r
     return spec
 
 
+def previous(vm) -> dict:
+    """The VM's settings from before vgpu's first attach (``vgpu.previous``), or {} when the value is not
+    vgpu's: anyone who may edit the VM's advanced settings can write it, so it is read like any outside JSON
+    (bounded nesting: a deeply nested value must not crash release), and then only its known keys are used."""
+    from vgpu.inputs import InputFileError, parse_json
+
+    try:
+        before = parse_json(vm.extra.get(PREVIOUS_KEY, ""), PREVIOUS_KEY, f"VM {vm.name}")
+    except InputFileError:
+        return {}  # a hand-edited record: leave the settings as they are, drop vgpu's keys
+    return before if isinstance(before, dict) else {}
+
+
 def saved_config(vm, backings: list[dict]) -> str:
     """What undo needs to put ``vm`` back exactly (JSON, journaled before any change)."""
     return json.dumps({"firmware": vm.firmware, "locked": vm.locked, "devices": sorted(backings, key=lambda b: b["id"]),
                        "extra": {k: vm.extra[k] for k in MANAGED_KEYS if k in vm.extra}}, sort_keys=True)
 
 
-def restore_spec(vm, device_objects: Sequence, saved: dict):
+def restore_spec(vm, device_objects: Sequence, saved: dict, system_ids: dict | None = None):
     """The reconfiguration that turns ``vm`` back into ``saved`` (from :func:`saved_config`), or None
-    when it already is."""
+    when it already is. ``system_ids``: the host's systemId per device now (QueryConfigTarget): a device put
+    back names the host as it is, not as it was when saved (the systemId changes when ESXi is reinstalled)."""
     from pyVmomi import vim
 
     saved_ids = {b["id"]: b for b in saved.get("devices", [])}
     now_ids = {str(d.backing.id) for d in device_objects}
+    current = system_ids or {}
     changes = [_remove(d) for d in device_objects if str(d.backing.id) not in saved_ids]
-    changes += [_add(backing(b["id"], int(b["deviceId"], 16), int(b["vendorId"]), b["systemId"], b.get("deviceName", "")),
-                     -200 - i)
+    changes += [_add(backing(b["id"], int(b["deviceId"], 16), int(b["vendorId"]), current.get(b["id"], b["systemId"]),
+                             b.get("deviceName", "")), -200 - i)
                 for i, b in enumerate(v for k, v in sorted(saved_ids.items()) if k not in now_ids)]
     extra = []
     saved_extra = saved.get("extra", {})

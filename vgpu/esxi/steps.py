@@ -57,15 +57,17 @@ def _pt_undo(step: SetPassthrough, ctx: EsxiContext, info: dict) -> None:
 # attach-passthrough / detach-passthrough ---------------------------------------------------------------------------
 
 def _vm_prepare(step: AttachPassthrough | DetachPassthrough, ctx: EsxiContext) -> dict:
-    return {"saved": ctx.hypervisor.definition(step.vm)}  # undo puts exactly this back
+    vm = ctx.host.read().vm(step.vm)
+    # undo puts exactly "saved" back; the change is refused if the VM changed after "version" was read
+    return {"saved": ctx.hypervisor.definition(step.vm), "version": vm.change_version if vm else ""}
 
 
 def _attach_apply(step: AttachPassthrough, ctx: EsxiContext, info: dict) -> None:
-    ctx.hypervisor.attach(step.vm, step.functions, numa_node=None, bar64_bytes=0)
+    ctx.hypervisor.attach(step.vm, step.functions, numa_node=None, bar64_bytes=0, version=info.get("version"))
 
 
 def _detach_apply(step: DetachPassthrough, ctx: EsxiContext, info: dict) -> None:
-    ctx.hypervisor.detach(step.vm, step.functions)
+    ctx.hypervisor.detach(step.vm, step.functions, version=info.get("version"))
 
 
 def _vm_restore(step: AttachPassthrough | DetachPassthrough, ctx: EsxiContext, info: dict) -> None:

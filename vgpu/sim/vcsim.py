@@ -72,6 +72,7 @@ class VmSpec:
     cpus: int = 16
     powered_on: bool = False
     firmware: str = "bios"
+    disk_mb: int = 0  # > 0: a virtual disk of that size (an installed guest)
 
 
 @dataclass
@@ -88,6 +89,11 @@ class EsxiSpec:
     reboot_to_apply: bool = False
     fail_reconfigure: list[str] = field(default_factory=list)
     enabled: list[str] = field(default_factory=list)  # addresses whose passthrough is on (and active) already
+    expire_session_on_reconfigure: list[str] = field(default_factory=list)  # VMs whose reconfigure ends the session
+    deny: dict[str, str] = field(default_factory=dict)  # method -> privilege id of the NoPermission it fails with
+    vcenter_api_version: str = ""  # the endpoint's about is a vCenter's of this version (the host keeps its own)
+    connection_state: str = ""  # the host's runtime.connectionState ("" connected)
+    hang_reconfigure: list[str] = field(default_factory=list)  # VMs whose reconfigure task never ends
 
     def document(self) -> dict:
         from vgpu.sim.presets import resolve
@@ -111,8 +117,11 @@ class EsxiSpec:
                 "maintenance": self.maintenance, "reboot_to_apply": self.reboot_to_apply, "user": self.user,
                 "password": self.password, "devices": devices,
                 "vms": [{"name": v.name, "memory_mb": v.memory_mb, "cpus": v.cpus, "powered_on": v.powered_on,
-                         "firmware": v.firmware} for v in self.vms],
-                "fail_reconfigure": list(self.fail_reconfigure)}
+                         "firmware": v.firmware, "disk_mb": v.disk_mb} for v in self.vms],
+                "fail_reconfigure": list(self.fail_reconfigure),
+                "expire_session_on_reconfigure": list(self.expire_session_on_reconfigure), "deny": dict(self.deny),
+                "vcenter_api_version": self.vcenter_api_version, "connection_state": self.connection_state,
+                "hang_reconfigure": list(self.hang_reconfigure)}
 
 
 def _vendor(vendor: int) -> str:
