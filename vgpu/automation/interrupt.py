@@ -145,7 +145,7 @@ def read_back(hosts: list[str], *, inventory: Path, envvars: dict, extravars: di
     if not hosts:
         return {}
     tracker = ReadbackTracker()
-    extra = {**extravars, "vgpu_readback_hosts": ",".join(hosts), "vgpu_readback_wait": READBACK_WAIT}
+    extra = {**extravars, "vgpu_readback_hosts": ",".join(hosts), "provision_readback_wait": READBACK_WAIT}
     ansible_runner.run(private_data_dir=str(private), project_dir=workdir, playbook=str(READBACK),
                        inventory=str(inventory), limit=",".join(hosts), extravars=extra, envvars=envvars, quiet=True,
                        event_handler=tracker, settings={"suppress_ansible_output": True})
