@@ -110,7 +110,12 @@ class HostTarget:
         """The host as it is now as a profile, with the VM assignment libvirt has (none from a capture)."""
         from vgpu.export import export_profile
         inv = self.discover()
-        domains = None if self.read_only else self.domains([] if warnings is None else warnings, inv)
+        said = [] if warnings is None else warnings
+        try:
+            domains = None if self.read_only else self.domains(said, inv)
+        except OSError as exc:  # the (simulated) libvirt could not be read: export the rest, and say so
+            said.append(f"could not ask libvirt for the VM assignment ({exc.strerror or exc})")
+            domains = None
         return export_profile(inv, name, model, domains)
 
     def domains(self, warnings: list[str], inv=None):
