@@ -99,7 +99,7 @@ result:
   returned: when vgpu printed one
   type: dict
 outcome:
-  description: How the run ended (V(applied), V(in-sync), V(planned), V(refused), V(failed), V(nothing-recorded)).
+  description: How the run ended (V(applied), V(in-sync), V(planned), V(refused), V(failed), V(nothing-recorded), V(pending): applied as far as it could go, the task fails naming what must happen first, such as shutting down a running VM).
   returned: when vgpu printed a document
   type: str
   sample: applied
@@ -295,6 +295,10 @@ def main():
         hint = f" (hint: {err['hint']})" if err.get("hint") else ""
         module.fail_json(msg=f"vgpu exited {rc} ({name}): {err.get('message', error_line(stderr))}{hint}", rc=rc,
                          **out)
+    if outcome == "pending" and rc == 3:  # applied and verified as far as it could go; the host does not match yet
+        what = "; ".join((plan or {}).get("pending") or []) or error_line(stderr)
+        module.fail_json(msg=f"vgpu applied what it could, but the host matches profile {doc.get('profile')} only "
+                             f"after this is done outside vgpu: {what}", rc=rc, **out)
     expected = {"applied": 0, "in-sync": 0, "nothing-recorded": 0, "planned": 3}
     if expected.get(outcome) != rc:
         module.fail_json(msg=f"vgpu exited {rc} ({name}) with result {outcome!r}: {error_line(stderr)}", rc=rc,
