@@ -178,7 +178,7 @@ def test_the_gate_fails_a_wave_whose_fp8_results_got_worse_though_its_speed_did_
     assert out.exit_code == ExitCode.FAILURE
     rec = store.load().hosts["kvm-2"]
     assert rec.state == "failed" and rec.phase == "compare"
-    assert rec.reason == ("guest vm-2: fp8.hipblaslt.verify measured regressed from 0.002 to 0.008 +300.0% "
+    assert rec.reason == ("guest vm-2 regressed: fp8.hipblaslt.verify measured 0.002 -> 0.008 +300.0% "
                           "(threshold 5%)")
 
 

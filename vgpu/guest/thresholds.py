@@ -68,10 +68,26 @@ class Row:
 @functools.lru_cache(maxsize=1)
 def load_table() -> tuple[tuple[Row, ...], float, str]:
     """(rows, derive factor, why) from the shipped data file; a malformed file is an InputError naming it."""
+    return _load()[0]
+
+
+def unpublished() -> dict[str, str]:
+    """Model -> why AMD gives no GEMM target for it (the table's ``unpublished`` section)."""
+    return _load()[1]
+
+
+@functools.lru_cache(maxsize=1)
+def _load() -> tuple[tuple[tuple[Row, ...], float, str], dict[str, str]]:
     import yaml
 
     text = resources.files("vgpu.guest").joinpath("data", TABLE).read_text(encoding="utf-8")
-    return parse_table(yaml.safe_load(text), TABLE)
+    data = yaml.safe_load(text)
+    table = parse_table(data, TABLE)
+    missing = data.get("unpublished") or {}
+    if not isinstance(missing, dict) or not all(isinstance(k, str) and isinstance(v, str) and v.strip()
+                                                for k, v in missing.items()):
+        raise InputError(f"threshold table {TABLE}: unpublished must map a model to why it has no target")
+    return table, dict(missing)
 
 
 def parse_table(data: object, where: str) -> tuple[tuple[Row, ...], float, str]:
@@ -124,7 +140,9 @@ def gemm_figure(model: str, compute: ComputePartition | None, memory: MemoryPart
         return exact, exact.tflops, ""
     whole = by_key.get((model, "SPX", "NPS1", dtype))
     if whole is None:
-        return None, 0.0, f"no AMD {dtype.upper()} GEMM target for {model} in {TABLE}"
+        why = unpublished().get(model)
+        return None, 0.0, (f"{why}: set validation.{dtype}_tflops_min in the profile from a calibration "
+                           "run (docs/agent.md)") if why else f"no AMD {dtype.upper()} GEMM target for {model} in {TABLE}"
     cu_share = 1.0 / compute.count if compute else 1.0
     if cu_share >= 1.0:
         return whole, whole.tflops, f"AMD's SPX/NPS1 figure, used for SPX/{m}"
