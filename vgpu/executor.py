@@ -74,17 +74,7 @@ def host_lock(state_dir: Path | None, timeout: float = 30.0, *, what: str = "the
         raise InputError(f"the lock file {path} is not a regular file; vgpu will not write into it",
                          hint=f"remove it: vgpu makes its own lock file in {state_dir}")
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
-                    holder = _holder(fd) or "another vgpu run"
-                    raise LockedError(f"{what} is locked by {holder}",
-                                      hint="wait for it to finish; the lock frees itself when that run ends") from exc
-                time.sleep(0.1)
+        _flock_within(fd, fcntl.LOCK_EX, timeout, what)
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"vgpu pid {os.getpid()} since {_holder_time()}\n".encode(), 0)
@@ -144,18 +134,24 @@ def wait_unlocked(state_dir: Path | None, timeout: float) -> None:
     except OSError:
         return  # no lock file: no run has ever held it (a missing or unreadable one: status says why)
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                return
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
-                    raise LockedError(f"the host is still locked by {_holder(fd) or 'another vgpu run'}",
-                                      hint="wait for it to finish; the lock frees itself when that run ends") from exc
-                time.sleep(0.1)
+        _flock_within(fd, fcntl.LOCK_SH, timeout, "the host is still")
     finally:
         os.close(fd)
+
+
+def _flock_within(fd: int, kind: int, timeout: float, what: str) -> None:
+    """flock ``fd`` (LOCK_EX or LOCK_SH), trying for ``timeout`` seconds; LockedError naming the holder after that
+    (``what``: "the host" etc., said as "WHAT is locked by ...")."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, kind | fcntl.LOCK_NB)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
+                raise LockedError(f"{what} is locked by {_holder(fd) or 'another vgpu run'}",
+                                  hint="wait for it to finish; the lock frees itself when that run ends") from exc
+            time.sleep(0.1)
 
 
 def _holder(fd: int) -> str:

@@ -105,13 +105,9 @@ def _gim_version(version: str | None, vf_num: str | None) -> Finding:
 
 
 def parse_gim_version(text: str | None) -> tuple[int, int, int] | None:
-    """"8.4.0.K" -> (8, 4, 0); None when it is not a GIM version."""
-    parts = (text or "").strip().split(".")
-    try:
-        nums = tuple(int(p) for p in parts[:3])
-    except ValueError:
-        return None
-    return nums if len(nums) == 3 else None  # type: ignore[return-value]
+    """"8.4.0.K" -> (8, 4, 0); None when it is not a GIM version (one parser: vgpu.matrix.release_number)."""
+    from vgpu.matrix import release_number  # the matrix's data is read only when a plan asks for it
+    return release_number(text)
 
 
 def _hugepages(facts: HostFacts) -> list[Finding]:

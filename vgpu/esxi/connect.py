@@ -93,15 +93,20 @@ def endpoint(url: str, *, user: str | None = None, password_file: Path | None = 
 
 def timeout() -> float:
     """The deadline of each network exchange with the host, in seconds ($VGPU_ESXI_TIMEOUT, else 30)."""
-    text = os.environ.get(TIMEOUT_ENV)
+    return seconds_from_env(TIMEOUT_ENV, CONNECT_TIMEOUT, 3600, "to wait for the host")
+
+
+def seconds_from_env(name: str, default: float, most: float, what: str) -> float:
+    """A number of seconds from $NAME (``default`` when unset), 0.1 to ``most``; InputError otherwise."""
+    text = os.environ.get(name)
     if not text:
-        return CONNECT_TIMEOUT
+        return default
     try:
         value = float(text)
     except ValueError:
         value = 0.0
-    if not 0.1 <= value <= 3600:
-        raise InputError(f"${TIMEOUT_ENV}={text[:40]!r}: give the seconds to wait for the host, from 0.1 to 3600")
+    if not 0.1 <= value <= most:
+        raise InputError(f"${name}={text[:40]!r}: give the seconds {what}, from 0.1 to {most:g}")
     return value
 
 

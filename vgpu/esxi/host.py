@@ -12,13 +12,12 @@ the journal's undo work the same on both platforms.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterable, Sequence
 
 from vgpu.errors import HostError, InputError, InUseError, RemoteError
 from vgpu.esxi import specs
-from vgpu.esxi.connect import Session, fault_error, task_error
+from vgpu.esxi.connect import Session, fault_error, seconds_from_env, task_error
 from vgpu.esxi.model import POWER_STATES, DynamicDevice, HostState, PciDevice, VmConfig, retrieve  # noqa: F401
 from vgpu.hypervisor.base import DomainInfo, holding
 from vgpu.model.pci import PciAddress
@@ -29,16 +28,7 @@ TASK_TIMEOUT_ENV = "VGPU_ESXI_TASK_TIMEOUT"
 
 def task_timeout() -> float:
     """How long a vSphere task may run before vgpu stops waiting ($VGPU_ESXI_TASK_TIMEOUT, else 600 s)."""
-    text = os.environ.get(TASK_TIMEOUT_ENV)
-    if not text:
-        return TASK_TIMEOUT
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not 0.1 <= value <= 86400:
-        raise InputError(f"${TASK_TIMEOUT_ENV}={text[:40]!r}: give the seconds a vSphere task may take, 0.1 to 86400")
-    return value
+    return seconds_from_env(TASK_TIMEOUT_ENV, TASK_TIMEOUT, 86400, "a vSphere task may take")
 
 
 class TaskStillRunning(RemoteError):

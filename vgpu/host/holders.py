@@ -36,18 +36,25 @@ def vfio_processes(paths: HostPaths) -> dict[int | str, list[str]]:
     return out
 
 
-def _vfio_files_of(paths: HostPaths, pid: str) -> set[int | str]:
+def _open_files(paths: HostPaths, pid: str) -> list[str]:
+    """What the process's file descriptors point at (/proc/PID/fd links); [] when it is gone or not ours to read."""
     fd_dir = paths.proc / pid / "fd"
-    found: set[int | str] = set()
     try:
         fds = os.listdir(fd_dir)
-    except OSError:  # gone, or not ours to read
-        return found
+    except OSError:
+        return []
+    targets = []
     for fd in fds:
         try:
-            target = os.readlink(fd_dir / fd)
+            targets.append(os.readlink(fd_dir / fd))
         except OSError:
             continue
+    return targets
+
+
+def _vfio_files_of(paths: HostPaths, pid: str) -> set[int | str]:
+    found: set[int | str] = set()
+    for target in _open_files(paths, pid):
         head, _, tail = target.rpartition("/")
         if head.endswith("/vfio") and tail.isdigit():
             found.add(int(tail))
@@ -123,20 +130,8 @@ def gpu_clients(paths: HostPaths) -> list[GpuClient]:
 
 
 def _gpu_nodes_of(paths: HostPaths, pid: str) -> set[str]:
-    fd_dir = paths.proc / pid / "fd"
-    found: set[str] = set()
-    try:
-        fds = os.listdir(fd_dir)
-    except OSError:
-        return found
-    for fd in fds:
-        try:
-            target = os.readlink(fd_dir / fd)
-        except OSError:
-            continue
-        if target in HOST_WIDE_NODES or target.startswith(("/dev/gim-smi", "/dev/dri/")):
-            found.add(target)
-    return found
+    return {t for t in _open_files(paths, pid)
+            if t in HOST_WIDE_NODES or t.startswith(("/dev/gim-smi", "/dev/dri/"))}
 
 
 def service_of(paths: HostPaths, pid: str) -> str | None:
