@@ -152,6 +152,18 @@ def test_devices_held_by_a_running_vm_fail_with_in_use_and_release_gives_them_ba
     assert_unchanged(sim_dir, before)
 
 
+def test_a_running_vm_of_the_assignment_fails_the_task_naming_what_to_do(run_play, tmp_path):
+    """vgpu applies the host and exits 3 'pending' (a running VM lacks its VFs: they are cold-plugged only); the
+    module fails the task saying so, never reports the host as provisioned (issue 20)."""
+    sim_dir = sim_host(tmp_path)
+    subprocess.run([VGPU, "sim", "vm", "gpu-vm-00", "--running", "--sim-dir", str(sim_dir)], check=True,
+                   capture_output=True)
+    play = run_play(PLAYBOOKS / "provision.yml", provision_vars(sim_dir))
+    _, msg = play.failed()
+    assert msg.startswith("vgpu applied what it could, but the host matches profile mi300x-4vf only after"), msg
+    assert "gpu-vm-00" in msg, msg
+
+
 def test_release_state_returns_the_host_and_is_idempotent(run_play, tmp_path):
     sim_dir = sim_host(tmp_path)
     assert run_play(PLAYBOOKS / "provision.yml", provision_vars(sim_dir)).ok
