@@ -231,3 +231,12 @@ def test_a_process_holding_a_vfs_iommufd_cdev_blocks_the_reload(sim):
     with pytest.raises(InUseError, match="pid 4242"):
         provision(target, load_profile("mi300x-4vf"))
     assert inventory(host).gpus == before.gpus
+
+
+def test_the_mi350p_profile_on_a_host_without_one_is_refused_naming_what_it_found(tmp_path):
+    """MI350P's PCI ids are UNVERIFIED (docs/hardware.md §1), so no simulated machine has one: the profile ships,
+    and on any other host it is one refusal that names the GPUs the host has."""
+    proc = run_cli("plan", "--profile", "mi350p-1vf", "--simulate", "8xmi355x", sim_dir=tmp_path / "sim")
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    text = " ".join((proc.stdout + proc.stderr).split())
+    assert "wants MI350P GPUs, but the host has none (found: 8 x MI355X)" in text, text

@@ -27,7 +27,8 @@ def inv_of(host):
 
 @pytest.mark.parametrize("machine,model,pf_id,vf_id", [
     ("8xmi300x", "MI300X", 0x74A1, 0x74B5), ("8xmi300x-fw1", "MI300X", 0x74A1, 0x74B5),
-    ("8xmi325x", "MI325X", 0x74A5, 0x74B9), ("8xmi355x", "MI355X", 0x75A3, 0x75B3)])
+    ("8xmi325x", "MI325X", 0x74A5, 0x74B9), ("8xmi355x", "MI355X", 0x75A3, 0x75B3),
+    ("8xmi350x", "MI350X", 0x75A0, 0x75B0)])
 def test_each_model_is_discovered_on_its_machine(hosts, machine, model, pf_id, vf_id):
     inv = inv_of(hosts(machine))
     assert len(inv.gpus) == 8

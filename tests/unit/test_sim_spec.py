@@ -12,7 +12,7 @@ from vgpu.catalog import DEFAULT as CATALOG
 from vgpu.errors import InputError
 from vgpu.sim import SimHost, list_machines, load_spec
 
-SHIPPED = {"8xmi300x", "8xmi300x-fw1", "8xmi325x", "8xmi355x", "mixed"}
+SHIPPED = {"8xmi300x", "8xmi300x-fw1", "8xmi325x", "8xmi350x", "8xmi355x", "mixed"}
 MINIMAL = """version: v1
 name: tiny
 description: one MI300X
