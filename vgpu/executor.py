@@ -74,7 +74,7 @@ def host_lock(state_dir: Path | None, timeout: float = 30.0, *, what: str = "the
         raise InputError(f"the lock file {path} is not a regular file; vgpu will not write into it",
                          hint=f"remove it: vgpu makes its own lock file in {state_dir}")
     try:
-        _flock_within(fd, fcntl.LOCK_EX, timeout, what)
+        _flock_within(fd, fcntl.LOCK_EX, timeout, f"{what} is locked")
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"vgpu pid {os.getpid()} since {_holder_time()}\n".encode(), 0)
@@ -134,14 +134,14 @@ def wait_unlocked(state_dir: Path | None, timeout: float) -> None:
     except OSError:
         return  # no lock file: no run has ever held it (a missing or unreadable one: status says why)
     try:
-        _flock_within(fd, fcntl.LOCK_SH, timeout, "the host is still")
+        _flock_within(fd, fcntl.LOCK_SH, timeout, "the host is still locked")
     finally:
         os.close(fd)
 
 
-def _flock_within(fd: int, kind: int, timeout: float, what: str) -> None:
-    """flock ``fd`` (LOCK_EX or LOCK_SH), trying for ``timeout`` seconds; LockedError naming the holder after that
-    (``what``: "the host" etc., said as "WHAT is locked by ...")."""
+def _flock_within(fd: int, kind: int, timeout: float, said: str) -> None:
+    """flock ``fd`` (LOCK_EX or LOCK_SH), trying for ``timeout`` seconds; after that LockedError "SAID by HOLDER"
+    (``said``: "the host is locked", ...)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -149,7 +149,7 @@ def _flock_within(fd: int, kind: int, timeout: float, what: str) -> None:
             return
         except OSError as exc:
             if exc.errno not in (errno.EAGAIN, errno.EACCES) or time.monotonic() >= deadline:
-                raise LockedError(f"{what} is locked by {_holder(fd) or 'another vgpu run'}",
+                raise LockedError(f"{said} by {_holder(fd) or 'another vgpu run'}",
                                   hint="wait for it to finish; the lock frees itself when that run ends") from exc
             time.sleep(0.1)
 

@@ -106,10 +106,45 @@ def _too_many_threads(concurrency: int, started: int | None) -> InputError:
                       hint="lower --concurrency, or raise those limits")
 
 
+def _threads_that_fit() -> int | None:
+    """How many more thread stacks fit in this process's address-space limit (`ulimit -v`), or None without one.
+    Asked before any thread is started: with the limit nearly reached, a thread the kernel created can fail
+    inside Python before it reports itself started, and Thread.start() then waits for ever."""
+    import resource
+    import threading
+
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if limit == resource.RLIM_INFINITY:
+        return None
+    stack = threading.stack_size() or resource.getrlimit(resource.RLIMIT_STACK)[0]
+    if stack in (0, resource.RLIM_INFINITY) or stack > 1 << 30:
+        stack = 8 << 20  # glibc's default thread stack where the limit gives none
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            used = int(f.read().split()[0]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return None
+    room = int(limit * 0.9) - used  # a tenth kept for the fan-out's own work
+    # glibc gives threads their own malloc arenas, each reserving 64 MiB of address space, up to 8 per CPU
+    # (M_ARENA_MAX, or $MALLOC_ARENA_MAX): count them for the first threads, then the stacks alone.
+    import os
+    try:
+        arenas = int(os.environ.get("MALLOC_ARENA_MAX") or 8 * (os.cpu_count() or 1))
+    except ValueError:
+        arenas = 8 * (os.cpu_count() or 1)
+    arena = 64 << 20
+    with_arenas = min(arenas, room // (stack + arena))
+    return max(0, with_arenas + max(0, room - with_arenas * (stack + arena)) // stack)
+
+
 def _check_threads(needed: int, concurrency: int) -> None:
     """Start the threads the fan-out will use, idle, and let them go: a limit too low for them (an
     address-space limit for their stacks, a process limit) is one line before any guest is contacted."""
     import threading
+
+    fits = _threads_that_fit()
+    if fits is not None and fits < needed:
+        raise _too_many_threads(concurrency, fits)
 
     release, started = threading.Event(), []
     try:
