@@ -21,7 +21,7 @@ description:
   - vgpu is run with an argument list, never through a shell, in a session of its own, and the module waits for
     it whatever happens to the task. SIGINT, SIGTERM or SIGHUP to the module (an AWX cancel, ansible-playbook or
     C(vgpu playbook run) stopped) and the controller going away (the connection carrying the module's output
-    closes: an SSH session dropped, the Ansible worker killed) are passed on to vgpu as SIGTERM, on which vgpu
+    closes, as when an SSH session drops or the Ansible worker is killed) are passed on to vgpu as SIGTERM, on which vgpu
     finishes its step and rolls back what it applied, unless its run was already verified (docs/ansible.md,
     "Interrupted runs"). The host ends applied or as it was, never half.
 options:
@@ -99,7 +99,7 @@ result:
   returned: when vgpu printed one
   type: dict
 outcome:
-  description: How the run ended (V(applied), V(in-sync), V(planned), V(refused), V(failed), V(nothing-recorded), V(pending): applied as far as it could go, the task fails naming what must happen first, such as shutting down a running VM).
+  description: How the run ended (V(applied), V(in-sync), V(planned), V(refused), V(failed), V(nothing-recorded), V(pending), applied as far as it could go, where the task fails naming what must happen first, such as shutting down a running VM).
   returned: when vgpu printed a document
   type: str
   sample: applied
