@@ -99,7 +99,11 @@ result:
   returned: when vgpu printed one
   type: dict
 outcome:
-  description: How the run ended (V(applied), V(in-sync), V(planned), V(refused), V(failed), V(nothing-recorded), V(pending), applied as far as it could go, where the task fails naming what must happen first, such as shutting down a running VM).
+  description:
+    - How the run ended (V(applied), V(in-sync), V(planned), V(refused), V(failed), V(nothing-recorded),
+      V(pending)).
+    - V(pending) is applied as far as it could go; the task then fails naming what must happen first, such as
+      shutting down a running VM of the assignment.
   returned: when vgpu printed a document
   type: str
   sample: applied
