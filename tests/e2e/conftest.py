@@ -58,6 +58,17 @@ def machine_for(profile_name: str, tmp_path: Path) -> str:
     return str(spec)
 
 
+def plan_from_snapshot(tmp_path: Path, machine: str, profile: str) -> subprocess.CompletedProcess:
+    """`vgpu plan --json` of ``profile`` against a `vgpu host snapshot` of a fresh simulated ``machine``."""
+    from vgpu.sim.host import SimHost
+
+    sim_dir, snap = tmp_path / "sim", tmp_path / "snap.tar.gz"
+    SimHost.create(sim_dir, machine)
+    run_cli("host", "snapshot", "--simulate", machine, "--sim-dir", str(sim_dir), "--output", str(snap),
+            sim_dir=sim_dir, check_rc=0)
+    return run_cli("plan", "--profile", profile, "--snapshot", str(snap), "--json", sim_dir=sim_dir)
+
+
 def hypervisor_of(host):
     """The simulated host's libvirt (the real test:/// driver), where tests define and start VMs."""
     from vgpu.hypervisor.sim import SimHypervisor

@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from conftest import run_cli
+from conftest import run_cli, plan_from_snapshot
 
 from vgpu.sim import SimHost, load_spec
 
@@ -116,12 +116,7 @@ def test_mi355x_multi_vf_on_the_24_04_ga_kernel_is_refused_naming_the_kernel(tmp
 
 
 def test_a_snapshot_carries_os_release_and_kernel_release_into_the_plan(tmp_path):
-    sim_dir = tmp_path / "sim"
-    SimHost.create(sim_dir, "8xmi355x")
-    snap = tmp_path / "snap.tar.gz"
-    run_cli("host", "snapshot", "--simulate", "8xmi355x", "--sim-dir", str(sim_dir), "--output", str(snap),
-            sim_dir=sim_dir, check_rc=0)
-    proc = run_cli("plan", "--profile", "mi355x-8vf", "--snapshot", str(snap), "--json", sim_dir=sim_dir)
+    proc = plan_from_snapshot(tmp_path, "8xmi355x", "mi355x-8vf")
     assert proc.returncode == 3, proc.stderr
     assert json.loads(proc.stdout)["matrix"]["host"] == {"gim": "9.4.0.K", "os": "ubuntu", "version": "24.04",
                                                          "kernel": "6.14.0-27-generic"}

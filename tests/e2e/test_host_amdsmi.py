@@ -8,7 +8,7 @@ import json
 
 import yaml
 
-from conftest import run_cli
+from conftest import run_cli, plan_from_snapshot
 
 from vgpu.sim import SimHost, load_spec
 
@@ -62,10 +62,5 @@ def test_without_amdsmi_a_multi_vf_plan_says_the_firmware_was_not_checked(tmp_pa
 
 
 def test_a_snapshot_says_its_amdsmi_could_not_be_asked(tmp_path):
-    sim_dir = tmp_path / "sim"
-    SimHost.create(sim_dir, "8xmi355x")
-    snap = tmp_path / "snap.tar.gz"
-    run_cli("host", "snapshot", "--simulate", "8xmi355x", "--sim-dir", str(sim_dir), "--output", str(snap),
-            sim_dir=sim_dir, check_rc=0)
-    proc = run_cli("plan", "--profile", "mi355x-8vf", "--snapshot", str(snap), "--json", sim_dir=sim_dir)
+    proc = plan_from_snapshot(tmp_path, "8xmi355x", "mi355x-8vf")
     assert any("is a capture: its amd-smi could not be asked" in w for w in json.loads(proc.stdout)["warnings"])
