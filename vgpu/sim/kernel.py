@@ -44,6 +44,11 @@ class SimKernel:
         self.state_dir = Path(state_dir)
         self.root = Path(root)
         self.tree = Tree(self.root)
+        # The state this kernel saved last, with its text: the next transaction uses it again when state.json
+        # still holds exactly that text (another process changed nothing), instead of parsing it again. Taken at
+        # the start of every transaction and given back only by a commit, so a change that failed half way never
+        # leaves its half-changed state here.
+        self._saved: tuple[str, SimState] | None = None
 
     # -- KernelOps --------------------------------------------------------------------------
     def load_module(self, name: str, params: Mapping[str, str] | None = None) -> None:
@@ -90,8 +95,9 @@ class SimKernel:
     # -- machinery --------------------------------------------------------------------------
     def transaction(self, description: str, change: Callable[[Ctx], object], *, value: str | None = None,
                     readonly: bool = False, faultable: bool = True):
+        saved, self._saved = self._saved, None
         with locked(self.state_dir):
-            state = self.fresh_state()
+            state = self.fresh_state(checked=saved)
             fault = self._take_fault(state, description, value) if faultable else None
             if fault is not None and not fault.kill:
                 save_state(self.state_dir, state)  # the fault is spent
@@ -134,7 +140,7 @@ class SimKernel:
     def _commit(self, ctx: Ctx) -> None:
         state = ctx.state
         state.generation += 1
-        save_state(self.state_dir, state)
+        text = save_state(self.state_dir, state)
         for f in ctx.removed:
             self.tree.remove_function(state, f)
         for address in sorted(ctx.dirty):
@@ -143,6 +149,7 @@ class SimKernel:
         self.tree.render_globals(state)
         self._append_log(ctx.log_lines)
         write_tree_mark(self.state_dir, state.generation)
+        self._saved = (text, state)
 
     def _append_log(self, lines: list[str]) -> None:
         if lines:

@@ -453,9 +453,11 @@ def _to_json(value: object) -> dict:
     raise TypeError(f"{type(value).__name__} is not part of a simulated host's state")
 
 
-def save_state(state_dir: Path, state: SimState) -> None:
-    """Write the state atomically (temp file + os.replace), mode 0644."""
-    write_atomic(Path(state_dir) / STATE_FILE, _dumps(state))
+def save_state(state_dir: Path, state: SimState) -> str:
+    """Write the state atomically (temp file + os.replace), mode 0644; returns the text written."""
+    text = _dumps(state)
+    write_atomic(Path(state_dir) / STATE_FILE, text)
+    return text
 
 
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:

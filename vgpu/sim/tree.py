@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 from pathlib import Path
 
 from vgpu.catalog import DEFAULT as CATALOG
@@ -36,6 +37,24 @@ def write(path: Path, text: str, mode: int = RO) -> None:
         os.chmod(path, mode)
     try:
         os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _holds(path: Path, data: bytes, mode: int) -> bool:
+    """Whether ``path`` already holds ``data`` with ``mode``. Each state change re-renders the host-wide parts
+    of the tree (thousands of attributes on an 8-GPU host) and most of them are unchanged: reading one back costs
+    a third of rewriting it on ext4, and it leaves the attributes a change did not touch as they were. Read, not
+    cached: a test or a person may have edited the file since."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:  # missing, write-only for this user, a link: write it (O_NONBLOCK: a FIFO never blocks here)
+        return False
+    try:
+        st = os.fstat(fd)
+        if st.st_size != len(data) or (st.st_mode & 0o7777) != mode or not stat.S_ISREG(st.st_mode):
+            return False
+        return os.read(fd, len(data) + 1) == data
     finally:
         os.close(fd)
 
@@ -84,10 +103,12 @@ class Tree:
             raise InputError(f"refusing to write {path}: it is outside the simulated host's root {self._root} "
                              "(a module, parameter or device name in the machine spec or state.json is not a "
                              "kernel name)")
-        return Path(path)
+        return path if isinstance(path, Path) else Path(path)
 
     def _write(self, path: Path, text: str, mode: int = RO) -> None:
-        write(self._at(path), text, mode)
+        path = self._at(path)
+        if not _holds(path, text.encode(), mode):
+            write(path, text, mode)
 
     def _link(self, path: Path, target: str) -> None:
         link(self._at(path), target)
