@@ -11,7 +11,8 @@ from vgpu.executor import host_lock
 from vgpu.profiles import load_profile
 from vgpu.provision import plan_profile, provision
 
-from conftest import REPO, hypervisor_of, inventory, kvm_profiles, machine_for, run_cli, target_of
+from conftest import (FAULT_PROFILES, REPO, hypervisor_of, inventory, kvm_profiles, machine_for, plan_features, run_cli,
+                      target_of)
 
 
 def step_count(sim, name, machine="8xmi300x"):
@@ -24,7 +25,14 @@ def files_of(host):
             for p in sorted(etc.rglob("*")) if p.is_file() or p.is_symlink()}
 
 
-@pytest.mark.parametrize("name", kvm_profiles())
+def test_the_fault_profiles_cover_every_step_kind_on_every_model(tmp_path):
+    assert set(FAULT_PROFILES) <= set(kvm_profiles())
+    wanted = set().union(*(plan_features(n, tmp_path / "all") for n in kvm_profiles()))
+    covered = set().union(*(plan_features(n, tmp_path / "cover") for n in FAULT_PROFILES))
+    assert wanted <= covered, f"add a profile reaching {sorted(wanted - covered)} to FAULT_PROFILES"
+
+
+@pytest.mark.parametrize("name", FAULT_PROFILES)
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_failure_injected_at_every_step_restores_the_inventory(sim, name, when, tmp_path):
     machine = machine_for(name, tmp_path)
