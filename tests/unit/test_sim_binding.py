@@ -246,3 +246,18 @@ state:
     bind_vfio(host, VF)
     assert driver(host, VF) is None
     assert "probe of 0000:85:02.0 failed with error -22" in host.dmesg()
+
+
+def test_a_transaction_rewrites_a_host_wide_attribute_someone_edited_and_leaves_the_rest_alone(host):
+    # the kernel re-renders only what differs from its model: an edited file (same size, so no size shortcut
+    # could see it) is put back; an attribute already right keeps its inode and mtime
+    cmdline = host.root / "proc/cmdline"
+    text = cmdline.read_text()
+    os.chmod(cmdline, 0o644)
+    cmdline.write_text("X" * (len(text) - 1) + "\n")
+    untouched = host.root / "proc/cpuinfo"
+    before = os.stat(untouched)
+    bind_vfio(host, VF)
+    assert cmdline.read_text() == text
+    after = os.stat(untouched)
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
