@@ -47,22 +47,24 @@ def kvm_profiles() -> list[str]:
 
 
 # The fault matrix (a failure or a kill at every step boundary) costs one simulated host per step, so it runs on a
-# cover of the shipped KVM profiles rather than all of them: every kind of step on every model the simulator builds,
-# in each mode. The steps of, say, mi355x-1vf and mi355x-2vf differ in their values, not in the code that applies
-# and rolls them back. Every profile still provisions, verifies and re-plans in test_provision_sim, and
-# test_faults_sim.test_the_fault_profiles_cover_every_step_kind_on_every_model fails when a new step kind or
-# model is not in this list.
-FAULT_PROFILES = ["mi300x-4vf", "mi300x-passthrough", "mi325x-1vf", "mi350x-8vf", "mi355x-2vf", "mi355x-passthrough"]
+# cover of the shipped KVM profiles rather than all of them: every kind of step on each GPU architecture (gfx942,
+# gfx950: their partition and VF rules differ) in each mode. The steps of, say, mi355x-1vf and mi350x-8vf differ
+# in their values, not in the code that applies and rolls them back. Every profile still provisions, verifies and
+# re-plans in test_provision_sim, and test_faults_sim.test_the_fault_profiles_cover_every_step_kind_on_every_arch
+# fails when a new step kind, architecture or mode is not reached by this list.
+FAULT_PROFILES = ["mi300x-4vf", "mi300x-passthrough", "mi355x-2vf", "mi355x-passthrough"]
 
 
 def plan_features(name: str, tmp_root: Path) -> set[tuple]:
-    """What the fault matrix must reach in ``name``'s plan: its step kinds, per model and mode."""
+    """What the fault matrix must reach in ``name``'s plan: its step kinds, per architecture and mode."""
+    from vgpu.catalog import DEFAULT
     from vgpu.profiles import load_profile
     from vgpu.provision import plan_profile
     profile = load_profile(name)
     host = SimHost.create(tmp_root / name, machine=machine_for(name, tmp_root))
     kinds = {type(s).__name__ for s in plan_profile(host.target(), profile).plan.steps}
-    return {("mode", profile.gpu.mode.value)} | {(profile.gpu.model, k) for k in kinds}
+    arch = DEFAULT.by_name(profile.gpu.model).arch
+    return {(arch, profile.gpu.mode.value)} | {(arch, k) for k in kinds}
 
 
 def machine_for(profile_name: str, tmp_path: Path) -> str:

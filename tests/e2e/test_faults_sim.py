@@ -25,7 +25,7 @@ def files_of(host):
             for p in sorted(etc.rglob("*")) if p.is_file() or p.is_symlink()}
 
 
-def test_the_fault_profiles_cover_every_step_kind_on_every_model(tmp_path):
+def test_the_fault_profiles_cover_every_step_kind_on_every_arch(tmp_path):
     assert set(FAULT_PROFILES) <= set(kvm_profiles())
     wanted = set().union(*(plan_features(n, tmp_path / "all") for n in kvm_profiles()))
     covered = set().union(*(plan_features(n, tmp_path / "cover") for n in FAULT_PROFILES))
