@@ -37,7 +37,7 @@ APT_ESXI := golang-go golang-github-vmware-govmomi-dev
 
 
 .PHONY: test-e2e test-esxi test-hostile test-ansible test-molecule deps-molecule deps-esxi collections \
-        test-lane-ansible test-lane-hosts test-ansible-oldest ansible-oldest
+        test-lane-main test-lane-hosts test-ansible-oldest ansible-oldest
 .PHONY: demo test deps-runtime deps-test deps-realkernel venv test-unit test-udev test-integration test-hip \
         test-realkernel bench clean
 
@@ -45,15 +45,15 @@ demo: deps-runtime deps-esxi venv collections
 	@tools/demo.sh "$(VENV)"
 
 test: deps-test deps-molecule deps-realkernel venv collections
-	$(MAKE) --no-print-directory test-unit test-hostile test-e2e test-esxi
-	$(MAKE) --no-print-directory -j2 --output-sync=recurse test-lane-ansible test-lane-hosts
+	$(MAKE) --no-print-directory -j2 --output-sync=recurse test-lane-main test-lane-hosts
 
-# The tiers that run one process at a time, in two lanes side by side (a core each): the suite stays well under
-# 20 minutes on 2 cores. Each lane's output is printed when it ends. The hosts lane keeps the three tiers that use
-# network namespaces (Molecule, the real kernel, SSH in namespaces) one after the other.
-test-lane-ansible:
+# Two lanes side by side from the start: the suite stays under 20 minutes on 2 cores. The hosts lane keeps the
+# three tiers that use network namespaces and real hosts (Molecule, the real kernel, SSH in namespaces) one after
+# the other; they wait on package installs, SSH and a QEMU guest much of the time, so the main lane's tiers (which
+# spread over every core with pytest-xdist) fill the cores meanwhile. Each lane's output is printed when it ends.
+test-lane-main:
 	@base=$$(mktemp -d /tmp/vgpu-lane.XXXXXX) && $(MAKE) --no-print-directory TIER_BASE=$$base \
-	  test-ansible test-ansible-oldest test-udev test-hip && rm -rf -- "$$base"
+	  test-unit test-hostile test-e2e test-esxi test-ansible test-ansible-oldest test-udev test-hip && rm -rf -- "$$base"
 
 test-lane-hosts:
 	@base=$$(mktemp -d /tmp/vgpu-lane.XXXXXX) && $(MAKE) --no-print-directory TIER_BASE=$$base \
@@ -85,7 +85,7 @@ test-udev:
 # Collections come from the `ansible` wheel (tools/fetch-collections.sh); VGPU_REQUIRE_ANSIBLE=1
 # turns a missing tool into a failure instead of a skip.
 test-ansible: venv collections
-	VGPU_REQUIRE_ANSIBLE=1 $(PYTEST) $(TIER_TMP) -q tests/ansible
+	VGPU_REQUIRE_ANSIBLE=1 $(PYTEST) $(TIER_TMP) -q -n $(JOBS) tests/ansible
 
 # The roles again on the OLDEST ansible-core the collection declares (meta/runtime.yml's requires_ansible; the
 # venv has the newest pip gives this Python): its own venv, ansible-core only, from PyPI. The runs that execute
