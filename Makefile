@@ -52,11 +52,11 @@ test: deps-test deps-molecule deps-realkernel venv collections
 # the other; they wait on package installs, SSH and a QEMU guest much of the time, so the main lane's tiers (which
 # spread over every core with pytest-xdist) fill the cores meanwhile. Each lane's output is printed when it ends.
 test-lane-main:
-	@base=$$(mktemp -d /tmp/vgpu-lane.XXXXXX) && $(MAKE) --no-print-directory TIER_BASE=$$base \
+	@base=$$(mktemp -d /tmp/vgpu-lane.XXXXXX) && $(MAKE) -j1 --no-print-directory TIER_BASE=$$base \
 	  test-unit test-hostile test-e2e test-esxi test-ansible test-ansible-oldest test-udev test-hip && rm -rf -- "$$base"
 
 test-lane-hosts:
-	@base=$$(mktemp -d /tmp/vgpu-lane.XXXXXX) && $(MAKE) --no-print-directory TIER_BASE=$$base \
+	@base=$$(mktemp -d /tmp/vgpu-lane.XXXXXX) && $(MAKE) -j1 --no-print-directory TIER_BASE=$$base \
 	  test-molecule test-realkernel test-integration && rm -rf -- "$$base"
 
 # ESXi 8 through the vSphere API: the real CLI against govmomi's simulator over HTTPS (pyVmomi is never mocked).
