@@ -43,12 +43,13 @@ def test_guests_pair_by_name_and_the_unpaired_are_listed():
     assert comp.only_baseline == ["a"] and comp.only_current == ["c"] and comp.exit_code == 0
 
 
-def test_longest_prefix_wins_and_times_are_lower_is_better():
+def test_longest_prefix_wins_and_a_slower_run_is_shown_not_judged():
     base = _report(a=[("hip.bandwidth", "pass", 4000.0, None, "GB/s", "", 2.0)])
     cur = _report(a=[("hip.bandwidth", "pass", 3900.0, None, "GB/s", "", 3.0)])
     comp = compare(base, cur, thresholds=parse_thresholds(("hip=1",)))
     verdicts = {d.what: d.verdict for d in comp.deltas}
-    assert verdicts == {"measured": "same", "seconds": "regressed"}  # hip.bandwidth=5 beats hip=1; +50% time
+    assert verdicts == {"measured": "same", "seconds": "changed"}  # hip.bandwidth=5 beats hip=1; +50% time
+    assert comp.exit_code == 0
 
 
 @pytest.mark.parametrize("bad", ["fp8", "=3", "fp8=-1", "fp8=nan", "fp8=1e9", "fp8=x"])
@@ -153,11 +154,13 @@ def test_a_guest_or_a_check_twice_in_one_report_is_refused():
         compare(dup, once)
 
 
-def test_the_run_time_of_a_sustained_gemm_is_shown_never_judged():
-    """It runs about expectation["seconds"] by design: its time says nothing the throughput does not."""
+def test_run_times_are_shown_never_judged():
+    """A GEMM runs about expectation["seconds"] by design, and a compile's or a tool's wall time is the guest's CPU
+    and load: a busy host must not fail a healthy guest's roll-out gate."""
     base = _report(a=[("fp8.hipblaslt", "pass", 1290.0, None, "TFLOPS", "", 0.6),
                       ("hip.compile", "pass", "gfx942", None, None, "", 10.0)])
     cur = _report(a=[("fp8.hipblaslt", "pass", 1290.0, None, "TFLOPS", "", 0.9),
                      ("hip.compile", "pass", "gfx942", None, None, "", 20.0)])
     times = {d.check: d.verdict for d in compare(base, cur).deltas if d.what == "seconds"}
-    assert times == {"fp8.hipblaslt": "changed", "hip.compile": "regressed"}
+    assert times == {"fp8.hipblaslt": "changed", "hip.compile": "changed"}
+    assert compare(base, cur).exit_code == 0
