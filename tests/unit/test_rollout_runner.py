@@ -309,10 +309,22 @@ def test_an_error_mid_wave_is_recorded_with_where_it_stopped_and_how_to_resume(m
     assert states(store)["kvm-2"] == "in_progress" and states(store)["kvm-1"] == "done"
 
 
+@pytest.fixture
+def hup_disposition():
+    """Run a test with SIGHUP at a disposition it chooses, whatever this process inherited (nohup gives SIG_IGN),
+    and put back what was there."""
+    inherited = signal.getsignal(signal.SIGHUP)
+    yield lambda handler: signal.signal(signal.SIGHUP, handler)
+    signal.signal(signal.SIGHUP, inherited)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM])
-def test_a_signal_during_a_playbook_ends_the_run_after_it_and_never_marks_the_next_wave(make, signum):
+def test_a_signal_during_a_playbook_ends_the_run_after_it_and_never_marks_the_next_wave(make, signum,
+                                                                                         hup_disposition):
     """SIGHUP (the operator's SSH session went away) and SIGTERM while the canary validates: the playbook
     finishes, the canary is recorded, the run stops before wave 2 marks any host, and says how to resume."""
+    hup_disposition(signal.SIG_DFL)  # a terminal session's default: a hang-up would end the run
+    before = signal.getsignal(signum)
     store, rollout = make()
     fleet = Fleet()
     fleet.signal_in_validate = signum
@@ -323,7 +335,21 @@ def test_a_signal_during_a_playbook_ends_the_run_after_it_and_never_marks_the_ne
     assert saved.state == "interrupted" and saved.waves[0].state == "passed"
     assert saved.waves[1].state == "pending" and states(store)["kvm-2"] == "not_started"
     assert saved.hosts["kvm-2"].attempts == 0
-    assert signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler)  # handlers restored
+    assert signal.getsignal(signum) == before  # handlers restored
+
+
+def test_under_nohup_a_hang_up_does_not_stop_the_roll_out_and_stays_ignored(make, hup_disposition):
+    """`nohup vgpu rollout run ...`: the operator asked for the run to outlive the terminal, so a SIGHUP while
+    the canary validates changes nothing; every wave runs and SIGHUP is still ignored afterwards."""
+    hup_disposition(signal.SIG_IGN)
+    store, rollout = make()
+    fleet = Fleet()
+    fleet.signal_in_validate = signal.SIGHUP
+    Runner(store, rollout, fleet).run()
+    saved = store.load()
+    assert saved.state == "done" and all(w.state == "passed" for w in saved.waves)
+    assert set(states(store).values()) == {"done"}
+    assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
 
 
 def test_a_wave_split_into_batches_keeps_each_batchs_reports(make):

@@ -26,14 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vgpu.errors import ExitCode, InputError, InterruptedRun, RefusedError, VgpuError
+from vgpu.errors import ExitCode, InputError, InterruptedRun, RefusedError, VgpuError, interrupt_signals
 from vgpu.rollout import waves as W
 from vgpu.rollout.actions import Actions
 from vgpu.rollout.plan import load_baseline, sha256_of
 from vgpu.rollout.state import HostRecord, Rollout, StateDir, WaveRecord, now
-
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # SIGHUP: the operator's SSH session went away
-
 
 class _Stop:
     """A signal between playbooks: remembered and acted on at the next step boundary (a playbook that is running
@@ -45,7 +42,9 @@ class _Stop:
 
     def __enter__(self) -> "_Stop":
         if threading.current_thread() is threading.main_thread():
-            self._previous = {s: signal.signal(s, self._handler) for s in SIGNALS}
+            # SIGHUP (the operator's SSH session went away) only where it would end vgpu: under nohup it stays
+            # ignored, as the operator asked (vgpu.errors.interrupt_signals, the rule of every vgpu run).
+            self._previous = {s: signal.signal(s, self._handler) for s in interrupt_signals()}
         return self
 
     def _handler(self, signum, _frame) -> None:
