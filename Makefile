@@ -7,7 +7,9 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-PYTEST := $(VENV)/bin/pytest
+# Every tier names its tests that took over 30 s (a run that is slow under load says where the time went).
+PYTEST_REPORT ?= --durations=8 --durations-min=30
+PYTEST := $(VENV)/bin/pytest $(PYTEST_REPORT)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Tiers made of independent CLI runs (each case its own temporary directory) use every core.
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
