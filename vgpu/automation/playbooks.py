@@ -130,6 +130,7 @@ class HostResult:
     # what the host said when it was read back after the stop
     outcome: str | None = None
     read_back: dict[str, Any] | None = None
+    diffs: list[dict[str, str]] = field(default_factory=list)  # --diff: {"task", "diff"} per task that has one
 
     def to_dict(self) -> dict[str, Any]:
         out = {"host": self.host, "status": self.status, "ok": self.ok, "changed": self.changed,
@@ -137,6 +138,8 @@ class HostResult:
                "failed_task": self.failed_task, "message": self.message}
         if self.outcome is not None:
             out.update(outcome=self.outcome, read_back=self.read_back)
+        if self.diffs:
+            out["diffs"] = list(self.diffs)
         return out
 
 
@@ -152,6 +155,7 @@ class RunResult:
     hosts: list[HostResult] = field(default_factory=list)
     error: str | None = None  # a failure no host explains (a syntax error, no host matched)
     interrupted: int | None = None  # the signal that stopped the run
+    artifacts: str | None = None  # where this run's artifacts were kept (vgpu.automation.artifacts)
 
     @property
     def exit_code(self) -> int:
@@ -167,7 +171,7 @@ class RunResult:
         return {"schema": SCHEMA, "playbook": self.playbook, "inventory": self.inventory, "limit": self.limit,
                 "check": self.check, "extra_vars": redact(self.extra_vars), "status": self.status,
                 "ansible_rc": self.rc, "exit_code": int(self.exit_code), "error": self.error,
-                "hosts": [h.to_dict() for h in self.hosts],
+                "hosts": [h.to_dict() for h in self.hosts], "artifacts": self.artifacts,
                 **({"interrupted": signal.Signals(self.interrupted).name} if self.interrupted else {})}
 
 
@@ -196,8 +200,12 @@ class Tracker:
         elif kind in ("runner_on_ok", "runner_item_on_ok") and name and kind == "runner_on_ok":
             h = self.host(name)
             h.ok += 1
-            if (data.get("res") or {}).get("changed"):
+            res = data.get("res") or {}
+            if res.get("changed"):
                 h.changed += 1
+            text = diff_text(res.get("diff"))
+            if text:
+                h.diffs.append({"task": str(data.get("task") or ""), "diff": text})
         elif kind == "runner_on_skipped" and name:
             self.host(name).skipped += 1
         elif kind == "runner_on_failed" and name and not data.get("ignore_errors"):
@@ -227,6 +235,27 @@ class Tracker:
         return sorted(self.hosts.values(), key=lambda h: h.host)
 
 
+def diff_text(diff: Any) -> str:
+    """Ansible's diff of one task result as text: a module's ``prepared`` text, or a unified diff of ``before`` and
+    ``after`` (with their headers), for each entry of a list."""
+    import difflib
+
+    parts = []
+    for entry in diff if isinstance(diff, list) else [diff]:
+        if not isinstance(entry, dict):
+            continue
+        if entry.get("prepared"):
+            parts.append(str(entry["prepared"]).rstrip("\n"))
+        elif "before" in entry or "after" in entry:
+            before, after = str(entry.get("before") or ""), str(entry.get("after") or "")
+            if before != after:
+                parts.append("".join(difflib.unified_diff(
+                    before.splitlines(True), after.splitlines(True),
+                    fromfile=str(entry.get("before_header") or "before"),
+                    tofile=str(entry.get("after_header") or "after"))).rstrip("\n"))
+    return "\n".join(p for p in parts if p)[:20000]
+
+
 def _message(res: dict) -> str:
     msg = res.get("msg") or res.get("stderr") or res.get("module_stderr") or ""
     if not msg and isinstance(res.get("results"), list):
@@ -234,11 +263,46 @@ def _message(res: dict) -> str:
     return " ".join(str(msg).split())[:2000]
 
 
+@dataclass
+class RunOptions:
+    """How ansible-playbook runs beyond the play itself: verbosity (-v count), vault, and where a failed or
+    interrupted run's artifacts are kept (``keep_always``: a successful run's too)."""
+    verbosity: int = 0
+    vault_password_file: Path | None = None
+    vault_password: str | None = None  # --ask-vault-pass: answered at ansible-playbook's prompt, in memory only
+    artifacts_dir: Path | None = None
+    keep_always: bool = False
+
+    def cmdline(self) -> list[str]:
+        if self.vault_password_file is not None:
+            return ["--vault-password-file", str(self.vault_password_file)]
+        return ["--ask-vault-pass"] if self.vault_password is not None else []
+
+    def passwords(self) -> dict[str, str] | None:
+        return {r"^Vault password[^:]*:\s*$": self.vault_password} if self.vault_password is not None else None
+
+
+def check_vault_file(path: Path) -> Path:
+    """A vault password file: a regular file or an executable script as Ansible takes it; returned absolute
+    (ansible-playbook runs in another directory's private data)."""
+    path = Path(os.path.abspath(path))
+    if not path.is_file():
+        raise InputError(f"--vault-password-file {path}: no such regular file")
+    if not os.access(path, os.R_OK):
+        raise InputError(f"--vault-password-file {path}: not readable")
+    return path
+
+
 def run_playbook(name: str, inventory_path: Path, *, limit: str | None = None, extra_vars: dict[str, Any] | None = None,
-                 check: bool = False, diff: bool = False, on_change: Callable[[Tracker], None] | None = None
-                 ) -> RunResult:
+                 check: bool = False, diff: bool = False, on_change: Callable[[Tracker], None] | None = None,
+                 options: RunOptions | None = None) -> RunResult:
     """Run the shipped playbook ``name`` on the inventory; raises InputError before anything runs for an
-    unknown playbook or a bad inventory, InterruptedRun (130/143/129) when SIGINT/SIGTERM/SIGHUP stopped the run."""
+    unknown playbook or a bad inventory, InterruptedRun (130/143/129) when SIGINT/SIGTERM/SIGHUP stopped the run.
+    A failed or interrupted run keeps its artifacts (RunOptions.artifacts_dir) and says where (``artifacts``)."""
+    from vgpu.automation import artifacts
+
+    options = options or RunOptions()
+    keep_in = artifacts.check_dir(options.artifacts_dir or artifacts.default_dir())
     root = content_dir()
     books = playbooks(root)
     if name.endswith(".yml"):
@@ -262,11 +326,14 @@ def run_playbook(name: str, inventory_path: Path, *, limit: str | None = None, e
             "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
             "ANSIBLE_NOCOLOR": "1",
         }
-        flags = (["--check"] if check else []) + (["--diff"] if diff else [])
-        runner = ansible_runner.run(private_data_dir=str(pdd), project_dir=working_dir(root),
+        import shlex
+
+        flags = (["--check"] if check else []) + (["--diff"] if diff else []) + options.cmdline()
+        runner = ansible_runner.run(private_data_dir=str(pdd), project_dir=working_dir(root), ident="run",
                                     playbook=str(books[name]), inventory=str(staged), limit=limit,
                                     extravars=dict(extra_vars or {}), envvars=envvars, quiet=True,
-                                    cmdline=" ".join(flags) or None, event_handler=tracker,
+                                    cmdline=" ".join(map(shlex.quote, flags)) or None, event_handler=tracker,
+                                    verbosity=options.verbosity or None, passwords=options.passwords(),
                                     cancel_callback=stop.requested, settings={"suppress_ansible_output": True})
         error = _runner_error(runner, tracker.lines) if runner.rc else None  # before its artifacts go
         stop.drain()
@@ -275,6 +342,10 @@ def run_playbook(name: str, inventory_path: Path, *, limit: str | None = None, e
                            hosts=_with_every_host(tracker.results(), inv, tracker.stats))
         if stop.signum is not None:
             _read_back(result, stop.signum, staged, envvars, dict(extra_vars or {}), pdd / "readback")
+        if options.keep_always or stop.signum is not None or result.exit_code != ExitCode.OK:
+            secrets = artifacts.secrets_of(result.extra_vars, SECRET_NAME, [options.vault_password or ""])
+            summary = {**result.to_dict(), "error": result.error or error, "ansible_cmdline": flags}
+            result.artifacts = str(artifacts.keep(pdd / "artifacts" / "run", keep_in, name, summary, secrets))
     if stop.signum is not None:
         raise _interrupted(result, stop)
     if result.rc != 0 and not any(h.status in ("failed", "unreachable") for h in result.hosts):

@@ -37,9 +37,20 @@ def list_playbooks() -> None:
 @click.option("-e", "--extra-vars", "extra", multiple=True, metavar="KEY=VALUE",
               help="A variable for the play (repeatable); values are strings.")
 @click.option("--check", is_flag=True, help="Ansible's check mode: what would change (provision: vgpu's plan).")
-@click.option("--diff", is_flag=True, help="Show what changes (provision: the plan's steps).")
+@click.option("--diff", is_flag=True, help="Show what changes, per host and task (provision: the plan's steps).")
+@click.option("-v", "--verbose", "verbosity", count=True,
+              help="Ansible's verbosity (-v ... -vvvv), in the run's kept output (--keep-artifacts).")
+@click.option("--vault-password-file", type=click.Path(path_type=Path), metavar="FILE",
+              help="Ansible Vault password file (or script) for vault-encrypted variables.")
+@click.option("--ask-vault-pass", is_flag=True,
+              help="Ask for the Vault password on the terminal (kept in memory, never in a file or argv).")
+@click.option("--artifacts-dir", type=click.Path(path_type=Path), metavar="DIR",
+              help="Where a failed or interrupted run keeps its artifacts (events, output, command line); "
+                   "default $XDG_STATE_HOME/vgpu/playbook-runs or ~/.local/state/vgpu/playbook-runs.")
+@click.option("--keep-artifacts", is_flag=True, help="Keep the artifacts of a successful run too.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (schema vgpu.playbook-run/v1).")
-def run(name, inventory, limit, extra, check, diff, as_json) -> int:
+def run(name, inventory, limit, extra, check, diff, verbosity, vault_password_file, ask_vault_pass, artifacts_dir,
+        keep_artifacts, as_json) -> int:
     """Run playbook NAME over an inventory: live progress per host, then each host's result.
 
     Exit 0: every host ok or changed; 1: ansible-playbook failed and no host says why; 8: a host failed; 9: a host
@@ -50,15 +61,18 @@ def run(name, inventory, limit, extra, check, diff, as_json) -> int:
     from vgpu.errors import InterruptedRun
 
     extra_vars = parse_extra_vars(extra)
+    options = _options(verbosity, vault_password_file, ask_vault_pass, artifacts_dir, keep_artifacts)
     try:
         with _Live(enabled=sys.stderr.isatty()) as live:
             result = run_playbook(name, inventory, limit=limit, extra_vars=extra_vars, check=check, diff=diff,
-                                  on_change=live.update)
+                                  on_change=live.update, options=options)
     except InterruptedRun as exc:  # the per-host outcomes first, then the one error line (main) and 128 + signal
         if getattr(exc, "result", None) is not None:
             _report(exc.result, as_json)
+            _say_artifacts(exc.result)
         raise
     _report(result, as_json)
+    _say_artifacts(result)
     from vgpu.cli.render import safe
     if result.error:
         click.echo(f"error: {safe(result.error, markup=False)}", err=True)
@@ -66,6 +80,32 @@ def run(name, inventory, limit, extra, check, diff, as_json) -> int:
         click.echo(f"warning: no host of {safe(inventory, markup=False)} is in the hosts playbook {safe(name, markup=False)}"
                    " runs on (see its hosts: line and the variable that overrides it, docs/ansible.md)", err=True)
     return result.exit_code
+
+
+def _options(verbosity: int, vault_file, ask_vault: bool, artifacts_dir, keep: bool):
+    """The run's options, checked before anything runs (exit 5)."""
+    from vgpu.automation.playbooks import RunOptions, check_vault_file
+    from vgpu.errors import InputError
+
+    if verbosity > 6:
+        raise InputError("-v: at most -vvvvvv (Ansible's highest verbosity)")
+    if vault_file is not None and ask_vault:
+        raise InputError("--vault-password-file and --ask-vault-pass: give one of them")
+    password = None
+    if ask_vault:
+        import getpass
+        if not sys.stdin.isatty():
+            raise InputError("--ask-vault-pass needs a terminal to ask on", hint="use --vault-password-file FILE")
+        password = getpass.getpass("Vault password: ")
+    return RunOptions(verbosity=verbosity, vault_password_file=check_vault_file(vault_file) if vault_file else None,
+                      vault_password=password, artifacts_dir=artifacts_dir, keep_always=keep)
+
+
+def _say_artifacts(result) -> None:
+    if result.artifacts:
+        from vgpu.cli.render import safe
+        click.echo(f"artifacts of this run (events, Ansible's output, command line): "
+                   f"{safe(result.artifacts, markup=False)}", err=True)
 
 
 def _report(result, as_json: bool) -> None:
@@ -130,6 +170,11 @@ def _show(result) -> None:
                 h.message, *(after if stopped else ()))
     out = console()
     out.print(rows)
+    for h in result.hosts:  # --diff: what each task changed (or would change, in check mode)
+        for d in h.diffs:
+            out.print(f"--- diff: {safe(h.host)} / {safe(d['task'])}", markup=False)
+            for line in d["diff"].splitlines():
+                out.print(safe(line, markup=False), markup=False, highlight=False)
     if stopped:
         return
     counts = {s: sum(h.status == s for h in result.hosts) for s in STYLES}
