@@ -223,3 +223,16 @@ def build_vgpu_wheel(src: Path, out: Path) -> Path:
     assert proc.returncode == 0, proc.stderr[-3000:]
     (wheel,) = out.glob("vgpu-*.whl")
     return wheel
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _state_home(tmp_path_factory):
+    """`vgpu playbook run` keeps a failed run's artifacts under $XDG_STATE_HOME (docs/ansible.md): the tier's
+    runs keep theirs in a directory of the session, never in the real home."""
+    before = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state-home"))
+    yield
+    if before is None:
+        os.environ.pop("XDG_STATE_HOME", None)
+    else:
+        os.environ["XDG_STATE_HOME"] = before

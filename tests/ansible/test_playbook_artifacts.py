@@ -150,3 +150,18 @@ def test_ask_vault_pass_is_answered_on_the_terminal_and_kept_nowhere(tmp_path):
     assert "--ask-vault-pass" in json.loads((run / "command").read_text())["command"]
     for p in every_file(run):
         assert "correct horse" not in p.read_text(errors="replace"), p
+
+
+def test_a_success_creates_no_artifacts_directory_and_an_unwritable_one_only_warns(tmp_path):
+    inv = inventory(tmp_path, {"gim_hosts": {"kvm-a": local_host()}})
+    keep = tmp_path / "not-yet"
+    ok = vgpu("playbook", "run", "provision", "-i", str(inv), *sim_vars(tmp_path), "-e", "provision_profile=mi300x-4vf",
+              "--artifacts-dir", str(keep), cwd=tmp_path)
+    assert ok.returncode == 0 and not keep.exists(), ok.stderr
+    # a path under a regular file cannot be made by anyone, root included
+    under_file = tmp_path / "a-file"
+    under_file.write_text("x")
+    bad = vgpu("playbook", "run", "provision", "-i", str(inv), *sim_vars(tmp_path), *FAILING,
+               "--artifacts-dir", str(under_file / "runs"), cwd=tmp_path)
+    assert bad.returncode == 8, bad.stdout + bad.stderr  # the run's own verdict stands
+    assert "warning: the run's artifacts could not be kept in" in bad.stderr and "Traceback" not in bad.stderr

@@ -32,18 +32,14 @@ def default_dir() -> Path:
 
 
 def check_dir(path: Path) -> Path:
-    """The artifacts directory: created 0700 if missing; a file, a symlink or a directory another user owns is
-    refused before anything runs (exit 5)."""
+    """The artifacts directory, checked before anything runs (exit 5): a file, a symlink or a directory another
+    user owns is refused. It is created (0700) only when a run is kept: a run that succeeds writes nothing."""
     path = Path(os.path.abspath(path))
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise InputError(f"--artifacts-dir {path}: not a directory")
     if path.exists() and path.stat().st_uid != os.geteuid():
         raise InputError(f"--artifacts-dir {path}: owned by another user; vgpu keeps run artifacts (which can "
                          "hold host details) only in a directory of its own user")
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"--artifacts-dir {path}: cannot create it ({exc.strerror})") from exc
     return path
 
 
@@ -76,6 +72,7 @@ def keep(source: Path, dest_root: Path, playbook: str, summary: dict[str, Any], 
     """Copy ansible-runner's artifact directory ``source`` (private_data_dir/artifacts/<ident>) to a new run
     directory under ``dest_root``; returns it."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    dest_root.mkdir(mode=0o700, parents=True, exist_ok=True)
     dest = dest_root / f"{stamp}-{playbook}"
     n = 1
     while dest.exists():

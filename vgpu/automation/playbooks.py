@@ -156,6 +156,7 @@ class RunResult:
     error: str | None = None  # a failure no host explains (a syntax error, no host matched)
     interrupted: int | None = None  # the signal that stopped the run
     artifacts: str | None = None  # where this run's artifacts were kept (vgpu.automation.artifacts)
+    artifacts_problem: str | None = None  # why they could not be kept
 
     @property
     def exit_code(self) -> int:
@@ -345,7 +346,10 @@ def run_playbook(name: str, inventory_path: Path, *, limit: str | None = None, e
         if options.keep_always or stop.signum is not None or result.exit_code != ExitCode.OK:
             secrets = artifacts.secrets_of(result.extra_vars, SECRET_NAME, [options.vault_password or ""])
             summary = {**result.to_dict(), "error": result.error or error, "ansible_cmdline": flags}
-            result.artifacts = str(artifacts.keep(pdd / "artifacts" / "run", keep_in, name, summary, secrets))
+            try:
+                result.artifacts = str(artifacts.keep(pdd / "artifacts" / "run", keep_in, name, summary, secrets))
+            except OSError as exc:  # a full or read-only disk must not hide the run's own result
+                result.artifacts_problem = f"the run's artifacts could not be kept in {keep_in}: {exc.strerror}"
     if stop.signum is not None:
         raise _interrupted(result, stop)
     if result.rc != 0 and not any(h.status in ("failed", "unreachable") for h in result.hosts):

@@ -102,6 +102,9 @@ def _options(verbosity: int, vault_file, ask_vault: bool, artifacts_dir, keep: b
 
 
 def _say_artifacts(result) -> None:
+    if result.artifacts_problem:
+        from vgpu.cli.render import safe
+        click.echo(f"warning: {safe(result.artifacts_problem, markup=False)}", err=True)
     if result.artifacts:
         from vgpu.cli.render import safe
         click.echo(f"artifacts of this run (events, Ansible's output, command line): "

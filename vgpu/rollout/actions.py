@@ -34,7 +34,7 @@ class PlaybookActions:
         self.spec = spec
 
     def _run(self, name: str, targets: list[str], extra: dict[str, Any], out: Path, note: Note):
-        from vgpu.automation.playbooks import run_playbook
+        from vgpu.automation.playbooks import RunOptions, run_playbook
 
         def on_change(tracker) -> None:
             note(f"{name} task: {tracker.task or 'starting'}")
@@ -42,7 +42,8 @@ class PlaybookActions:
         batch = {"vgpu_serial": [len(targets)], "vgpu_max_fail_percentage": 100}
         try:
             result = run_playbook(name, Path(self.spec.inventory), limit=",".join(targets),
-                                  extra_vars={**self.spec.extra_vars, **batch, **extra}, on_change=on_change)
+                                  extra_vars={**self.spec.extra_vars, **batch, **extra}, on_change=on_change,
+                                  options=RunOptions(artifacts_dir=out / "ansible-artifacts"))  # beside its JSON
         except InterruptedRun as exc:  # what the hosts said after the stop is kept as the run's result too
             if exc.result is not None:
                 self._keep(out, name, exc.result)
